@@ -1,0 +1,169 @@
+"""Validate the experiment config and say exactly which key is wrong and what is allowed.
+
+Two passes: the JSON schema (`workflow/schemas/config.schema.yaml`), whose errors are rewritten
+into one line per problem naming the dotted key and the allowed values or range; then the rules a
+schema cannot express (a lane needs exactly one of steps/epochs, a hand-kernel lane implements only
+softmax + xent + sgd, agreement checks must compare lanes that run the same experiment).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+
+class ConfigError(ValueError):
+    """The configuration cannot be run; the message lists every problem found."""
+
+
+def load_schema(path: str | Path) -> dict:
+    return yaml.safe_load(Path(path).read_text())
+
+
+def _key(path) -> str:
+    return ".".join(str(p) for p in path) or "(top level)"
+
+
+def _resolve(schema: Mapping, root: Mapping) -> Mapping:
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/"):
+        target: Any = root
+        for part in ref[2:].split("/"):
+            target = target[part]
+        return {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+    return schema
+
+
+def describe(schema: Mapping, root: Mapping) -> str:
+    """A short human description of what a (sub)schema allows."""
+    schema = _resolve(schema, root)
+    for combinator in ("oneOf", "anyOf"):
+        if combinator in schema:
+            return " or ".join(describe(option, root) for option in schema[combinator])
+    if "const" in schema:
+        return repr(schema["const"])
+    if "enum" in schema:
+        return "one of " + ", ".join(repr(v) for v in schema["enum"])
+    kind = schema.get("type", "value")
+    kind = {
+        "integer": "an integer",
+        "number": "a number",
+        "string": "a string",
+        "array": "a list",
+        "object": "a mapping",
+        "boolean": "true/false",
+    }.get(kind, kind)
+    bounds = []
+    if "exclusiveMinimum" in schema:
+        bounds.append(f"> {schema['exclusiveMinimum']}")
+    if "minimum" in schema:
+        bounds.append(f">= {schema['minimum']}")
+    if "maximum" in schema:
+        bounds.append(f"<= {schema['maximum']}")
+    if "minItems" in schema:
+        bounds.append(f"with at least {schema['minItems']} item(s)")
+    if "pattern" in schema:
+        bounds.append(f"matching {schema['pattern']}")
+    return " ".join([kind, *bounds])
+
+
+def _explain(error: jsonschema.ValidationError, root: Mapping) -> str:
+    key = _key(error.absolute_path)
+    if error.validator == "additionalProperties" and error.validator_value is False:
+        allowed = sorted(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - set(allowed))
+        return "; ".join(
+            f"unknown key '{_key([*error.absolute_path, name])}' "
+            f"(allowed under '{key}': {', '.join(allowed)})"
+            for name in unknown
+        )
+    if error.validator == "required":
+        missing = error.message.split("'")[1] if "'" in error.message else error.message
+        return f"missing key '{_key([*error.absolute_path, missing])}'"
+    if error.validator == "propertyNames":
+        return f"name {error.instance!r} under '{key}' must match {error.validator_value['pattern']}"
+    if error.validator == "uniqueItems":
+        return f"'{key}' must not repeat an item; got {error.instance!r}"
+    return f"'{key}' must be {describe(error.schema, root)}; got {error.instance!r}"
+
+
+def schema_errors(config: Mapping, schema: Mapping) -> list[str]:
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
+    # A failing oneOf also reports its branches; the oneOf line alone says it better.
+    return list(dict.fromkeys(_explain(e, schema) for e in errors))
+
+
+LANE_RULES = {
+    "handkernel": {"model": "softmax", "loss": "xent", "optimizer": "sgd", "schedule": "constant"},
+}
+#: Settings two lanes must share for their results to be comparable in an agreement check.
+SHARED_EXPERIMENT = (
+    "model",
+    "hidden",
+    "init",
+    "loss",
+    "optimizer",
+    "learning_rate",
+    "schedule",
+    "batch_size",
+    "steps",
+    "epochs",
+    "train_images",
+    "test_images",
+)
+
+
+def semantic_errors(config: Mapping) -> list[str]:
+    problems = []
+    lanes = config.get("lanes", {})
+    for name, lane in lanes.items():
+        if ("steps" in lane) == ("epochs" in lane):
+            problems.append(f"lane '{name}' needs exactly one of 'steps' or 'epochs'")
+        for key, required in LANE_RULES.get(lane.get("engine"), {}).items():
+            if lane.get(key, required) != required:
+                problems.append(
+                    f"'lanes.{name}.{key}' is {lane.get(key)!r}, but engine "
+                    f"{lane['engine']!r} implements only {key} {required!r}"
+                )
+        if lane.get("engine") != "xla" and lane.get("device", "cpu") != "cpu":
+            problems.append(f"'lanes.{name}.device' is only meaningful for engine 'xla'")
+        batch, train = lane.get("batch_size"), lane.get("train_images", "all")
+        if isinstance(batch, int) and isinstance(train, int) and batch > train:
+            problems.append(f"'lanes.{name}.batch_size' is {batch}, larger than train_images {train}")
+    for name, check in config.get("agreement", {}).items():
+        pair = [check.get("reference"), check.get("candidate")]
+        missing = [lane for lane in pair if lane not in lanes]
+        if missing:
+            problems.append(
+                f"'agreement.{name}' names lane(s) {', '.join(map(repr, missing))} not under "
+                f"'lanes' (lanes: {', '.join(lanes)})"
+            )
+            continue
+        reference, candidate = (lanes[lane] for lane in pair)
+        differing = [k for k in SHARED_EXPERIMENT if reference.get(k) != candidate.get(k)]
+        if differing:
+            problems.append(
+                f"'agreement.{name}' compares lanes that differ in {', '.join(differing)}; "
+                "an agreement check needs the same experiment on both lanes"
+            )
+    return problems
+
+
+def check_config(config: Mapping, schema_path: str | Path) -> None:
+    """Raise `ConfigError` listing every problem in `config`, one line each."""
+    schema = load_schema(schema_path)
+    problems = schema_errors(config, schema)
+    if not problems:
+        problems = semantic_errors(config)
+    if problems:
+        raise ConfigError(
+            "config.yaml (with any --config/--configfile overrides) has "
+            f"{len(problems)} problem(s):\n"
+            + "\n".join(f"  - {p}" for p in problems)
+            + f"\nSee {schema_path} for every key, its meaning and its allowed values."
+        )

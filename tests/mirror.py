@@ -1,0 +1,87 @@
+"""A real HTTP mirror on 127.0.0.1 for tests: serves shared MNIST and misbehaves on request.
+
+The first path segment picks the behaviour, the rest names the file:
+  /good/<file>       the real archive
+  /missing/<file>    404
+  /html/<file>       200 with an HTML error page
+  /truncated/<file>  the first half of the archive, announced at that length
+  /flipped/<file>    a valid gzip whose content has one byte flipped (checksum mismatch)
+  /hang/<file>       accepts the connection and never answers
+  /flaky/<file>      500 on the first request for a file, then the real archive
+"""
+
+from __future__ import annotations
+
+import gzip
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+
+class MirrorServer:
+    def __init__(self, root: Path):
+        self.root = root
+        self.release = threading.Event()
+        self.requests: list[str] = []
+        self._flaky_seen: set[str] = set()
+        self._flipped: dict[str, bytes] = {}
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep pytest output clean
+                pass
+
+            def do_GET(self):  # noqa: N802 - http.server's naming
+                server.requests.append(self.path)
+                mode, _, name = self.path.lstrip("/").partition("/")
+                path = server.root / name
+                if mode == "hang":
+                    server.release.wait(60)
+                    return
+                if mode == "missing" or not path.is_file():
+                    self.send_error(404, "Not Found")
+                    return
+                if mode == "flaky" and name not in server._flaky_seen:
+                    server._flaky_seen.add(name)
+                    self.send_error(500, "Internal Server Error")
+                    return
+                if mode == "html":
+                    body = b"<!DOCTYPE html><html><body>Rate limited, try later</body></html>"
+                elif mode == "truncated":
+                    body = path.read_bytes()
+                    body = body[: len(body) // 2]
+                elif mode == "flipped":
+                    body = server.flipped(name)
+                else:
+                    body = path.read_bytes()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def flipped(self, name: str) -> bytes:
+        if name not in self._flipped:
+            content = bytearray(gzip.decompress((self.root / name).read_bytes()))
+            content[len(content) // 2] ^= 0x01
+            self._flipped[name] = gzip.compress(bytes(content), compresslevel=1)
+        return self._flipped[name]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def mirror(self, mode: str) -> str:
+        return f"{self.url}/{mode}/"
+
+    def __enter__(self) -> MirrorServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()

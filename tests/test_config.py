@@ -1,0 +1,115 @@
+"""Config validation: every mistake is named with its key and what is allowed."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from gradlanes.config import ConfigError, check_config
+from workflow import REPO, output_of, run_snakemake
+
+SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
+BASE = yaml.safe_load((REPO / "config.yaml").read_text())
+
+
+def problems_of(edit) -> str:
+    config = copy.deepcopy(BASE)
+    edit(config)
+    with pytest.raises(ConfigError) as caught:
+        check_config(config, SCHEMA)
+    return str(caught.value)
+
+
+def test_committed_config_is_valid():
+    check_config(copy.deepcopy(BASE), SCHEMA)
+
+
+def test_unknown_key_is_named_with_the_allowed_keys():
+    message = problems_of(lambda c: c["dataset"].update(mirror=["x"]))
+    assert "unknown key 'dataset.mirror'" in message
+    assert "allowed under 'dataset': classes, files, mirrors, name" in message
+
+
+def test_unknown_lane_key():
+    message = problems_of(lambda c: c["lanes"]["host"].update(stepz=3))
+    assert "unknown key 'lanes.host.stepz'" in message
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (
+            lambda c: c["lanes"]["host"].update(steps=-5),
+            "'lanes.host.steps' must be an integer >= 1 <= 100000000; got -5",
+        ),
+        (
+            lambda c: c["lanes"]["host"].update(steps=2.5),
+            "'lanes.host.steps' must be an integer >= 1 <= 100000000; got 2.5",
+        ),
+        (
+            lambda c: c["lanes"]["host"].update(batch_size=0),
+            "'lanes.host.batch_size' must be an integer >= 1 or 'full'; got 0",
+        ),
+        (
+            lambda c: c["lanes"]["host"].update(train_images=-1),
+            "'lanes.host.train_images' must be an integer >= 1 or 'all'; got -1",
+        ),
+        (
+            lambda c: c["download"].update(timeout_s=0),
+            "'download.timeout_s' must be a number > 0 <= 3600; got 0",
+        ),
+        (
+            lambda c: c["lanes"]["host"].update(engine="gpu"),
+            "'lanes.host.engine' must be one of 'xla', 'interpreter', 'handkernel'; got 'gpu'",
+        ),
+        (
+            lambda c: c["lanes"]["host"].update(model="resnet"),
+            "'lanes.host.model' must be one of 'mlp', 'softmax'; got 'resnet'",
+        ),
+        (lambda c: c.update(seeds=[]), "'seeds' must be a list with at least 1 item(s); got []"),
+        (
+            lambda c: c["dataset"]["files"]["train_images"].update(sha256="abc"),
+            "'dataset.files.train_images.sha256' must be a string matching",
+        ),
+        (lambda c: c["lanes"]["host"].pop("loss"), "missing key 'lanes.host.loss'"),
+    ],
+)
+def test_bad_values_name_key_and_range(edit, expected):
+    assert expected in problems_of(edit)
+
+
+def test_semantic_rules():
+    message = problems_of(lambda c: c["lanes"]["host"].update(epochs=3))
+    assert "lane 'host' needs exactly one of 'steps' or 'epochs'" in message
+    message = problems_of(lambda c: c["lanes"]["softmax_kernel"].update(optimizer="adam"))
+    assert "engine 'handkernel' implements only optimizer 'sgd'" in message
+    message = problems_of(lambda c: c["lanes"]["host"].update(steps=10))
+    assert "'agreement.host_vs_xla_cpu' compares lanes that differ in steps" in message
+    message = problems_of(lambda c: c["agreement"]["host_vs_xla_cpu"].update(reference="nope"))
+    assert "names lane(s) 'nope' not under 'lanes'" in message
+
+
+def test_snakemake_rejects_bad_config_before_any_job(tmp_path):
+    process = run_snakemake(
+        tmp_path, "-n", overrides={"dataset": {"mirrorz": ["x"]}, "lanes": {"host": {"steps": -5}}}
+    )
+    assert process.returncode != 0
+    text = output_of(process)
+    assert "unknown key 'dataset.mirrorz'" in text
+    assert "'lanes.host.steps' must be an integer >= 1" in text
+    assert not (tmp_path / "resources").exists()
+
+
+def test_schema_defaults_are_filled():
+    from snakemake.utils import validate
+
+    config = copy.deepcopy(BASE)
+    del config["download"]
+    del config["lanes"]["mlp_stream"]["init"]
+    validate(config, str(SCHEMA))
+    assert config["download"] == {"timeout_s": 30, "retries": 3, "backoff_s": 1.0}
+    assert config["lanes"]["mlp_stream"]["init"] == "lecun_normal"
+    assert config["lanes"]["mlp_stream"]["train_images"] == "all"
+    assert config["lanes"]["host"]["log_rows"] == 12
