@@ -9,10 +9,12 @@ configfile: "config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
+include: "workflow/rules/lanes.smk"
+include: "workflow/rules/checks.smk"
 
 
 rule all:
     input:
-        dataset_arrays(),
-        dataset_manifest(),
+        all_lane_records(),
+        "results/checks/agreement.json",
     default_target: True

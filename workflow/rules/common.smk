@@ -35,3 +35,55 @@ def dataset_arrays():
 
 def dataset_manifest():
     return f"{dataset_dir()}/manifest.json"
+
+
+# ---- lanes -----------------------------------------------------------------------------------
+from gradlanes.models import model_key
+
+LANES = list(config["lanes"])
+SEEDS = [int(seed) for seed in config["seeds"]]
+
+
+wildcard_constraints:
+    seed=r"\d+",
+
+
+def lane_model_key(lane):
+    settings = config["lanes"][lane]
+    return model_key(settings["model"], settings["hidden"], settings["init"])
+
+
+def init_weights_path(lane):
+    return f"resources/init/{lane_model_key(lane)}/seed-{{seed}}.npz"
+
+
+def run_dir(lane, seed="{seed}"):
+    return f"results/runs/{lane}/seed-{seed}"
+
+
+def lane_outputs(lane, seed="{seed}"):
+    return {
+        "record": f"{run_dir(lane, seed)}/record.json",
+        "curve": f"{run_dir(lane, seed)}/curve.parquet",
+        "digits": f"{run_dir(lane, seed)}/digits.txt",
+        "model": f"resources/models/{lane}/seed-{seed}.npz",
+    }
+
+
+def all_lane_records():
+    return [lane_outputs(lane, seed)["record"] for lane in LANES for seed in SEEDS]
+
+
+def agreement_lanes():
+    pairs = config["agreement"].values()
+    return sorted({lane for check in pairs for lane in (check["reference"], check["candidate"])})
+
+
+def agreement_inputs(wildcards):
+    files = {"arrays": dataset_arrays(), "manifest": dataset_manifest()}
+    for lane in agreement_lanes():
+        for seed in SEEDS:
+            for kind, path in lane_outputs(lane, seed).items():
+                files[f"{lane}/{seed}/{kind}"] = path
+            files[f"{lane}/{seed}/init"] = init_weights_path(lane).format(seed=seed)
+    return files

@@ -1,0 +1,113 @@
+"""One lane's experiment made concrete: the validated config settings resolved against the dataset.
+
+The config says `batch_size: full`, `train_images: all`, `epochs: 5`; training needs numbers.
+`Experiment` holds the resolved numbers and is the single source every engine and record reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from gradlanes.models import ModelSpec
+
+
+@dataclass(frozen=True)
+class Experiment:
+    lane: str
+    engine: str
+    device: str
+    model: ModelSpec
+    loss: str
+    optimizer: str
+    learning_rate: float
+    schedule: str
+    seed: int
+    batch_size: int
+    full_batch: bool
+    train_images: int
+    test_images: int
+    steps: int
+    steps_per_epoch: int
+    eval_every: int
+    log_rows: int
+
+    @property
+    def epochs(self) -> float:
+        return self.steps / self.steps_per_epoch
+
+    def config_record(self) -> dict[str, Any]:
+        """The `config` block of a result record."""
+        return {
+            "model": self.model.name,
+            "hidden": self.model.hidden if self.model.name == "mlp" else None,
+            "init": self.model.init,
+            "loss": self.loss,
+            "optimizer": self.optimizer,
+            "learning_rate": self.learning_rate,
+            "schedule": self.schedule,
+            "seed": self.seed,
+            "batch_size": "full" if self.full_batch else self.batch_size,
+            "batch_images": self.batch_size,
+            "steps": self.steps,
+            "epochs": round(self.epochs, 6),
+            "steps_per_epoch": self.steps_per_epoch,
+            "train_images": self.train_images,
+            "test_images": self.test_images,
+            "eval_every": self.eval_every,
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def resolve(lane: str, settings: dict, seed: int, inputs: int, classes: int,
+            train_available: int, test_available: int) -> Experiment:
+    """Turn validated lane settings into concrete sizes, with errors naming the lane and key."""
+
+    def count(key: str, available: int) -> int:
+        value = settings.get(key, "all")
+        if value == "all":
+            return available
+        if value > available:
+            raise ValueError(
+                f"'lanes.{lane}.{key}' is {value}, but the dataset has only {available} images"
+            )
+        return int(value)
+
+    train_images = count("train_images", train_available)
+    test_images = count("test_images", test_available)
+    full_batch = settings["batch_size"] == "full"
+    batch_size = train_images if full_batch else int(settings["batch_size"])
+    if batch_size > train_images:
+        raise ValueError(
+            f"'lanes.{lane}.batch_size' is {batch_size}, larger than its {train_images} training images"
+        )
+    steps_per_epoch = train_images // batch_size  # the last partial batch is dropped: one shape
+    steps = int(settings["steps"]) if "steps" in settings else int(settings["epochs"]) * steps_per_epoch
+    model = ModelSpec(
+        name=settings["model"],
+        inputs=inputs,
+        classes=classes,
+        hidden=int(settings.get("hidden", 128)),
+        init=settings.get("init", "lecun_normal"),
+    )
+    return Experiment(
+        lane=lane,
+        engine=settings["engine"],
+        device=settings.get("device", "cpu"),
+        model=model,
+        loss=settings["loss"],
+        optimizer=settings["optimizer"],
+        learning_rate=float(settings["learning_rate"]),
+        schedule=settings.get("schedule", "constant"),
+        seed=int(seed),
+        batch_size=batch_size,
+        full_batch=full_batch,
+        train_images=train_images,
+        test_images=test_images,
+        steps=steps,
+        steps_per_epoch=steps_per_epoch,
+        eval_every=steps_per_epoch if not full_batch else int(settings.get("eval_every", 50)),
+        log_rows=int(settings.get("log_rows", 12)),
+    )

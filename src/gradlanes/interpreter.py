@@ -1,0 +1,306 @@
+"""A host interpreter for captured jaxprs: every equation evaluated in NumPy, no XLA at run time.
+
+After JAX's "Writing custom Jaxpr interpreters" and autodidax: an environment of values, a rule
+table keyed by primitive name, recursion into nested jaxprs (`jit`, `custom_jvp_call`, ...). Two
+things make it a fast engine as well as a correctness one: each jaxpr is turned once into a flat
+plan (variables become slots of a list, literals are pre-placed, dead values are dropped as soon as
+their last reader has run), and every rule is a whole-array NumPy call, never a Python loop over
+elements. Unsupported primitives are found before the first step by walking the whole program.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from gradlanes.jaxcompat import CALL_JAXPR_PARAM, ClosedJaxpr, Jaxpr, Literal, called_jaxpr, sub_jaxprs
+
+Rule = Callable[..., Any]
+RULES: dict[str, Rule] = {}
+
+
+def rule(*names: str):
+    def register(fn: Rule) -> Rule:
+        for name in names:
+            RULES[name] = fn
+        return fn
+
+    return register
+
+
+def _unary(name: str, fn: Callable[[np.ndarray], np.ndarray]) -> None:
+    RULES[name] = lambda x, **_: fn(x)
+
+
+def _binary(name: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> None:
+    RULES[name] = lambda x, y, **_: fn(x, y)
+
+
+for _name, _fn in {
+    "neg": np.negative, "exp": np.exp, "exp2": np.exp2, "log": np.log, "log1p": np.log1p,
+    "expm1": np.expm1, "sqrt": np.sqrt, "cos": np.cos, "sin": np.sin, "tan": np.tan,
+    "tanh": np.tanh, "abs": np.abs, "sign": np.sign, "floor": np.floor, "ceil": np.ceil,
+    "not": np.logical_not, "is_finite": np.isfinite, "square": np.square,
+    "rsqrt": lambda x: np.reciprocal(np.sqrt(x)),
+    "logistic": lambda x: np.reciprocal(np.exp(-x) + x.dtype.type(1)),
+    "stop_gradient": lambda x: x, "copy": lambda x: x, "copy_p": lambda x: x,
+    "optimization_barrier": lambda x: x,
+}.items():
+    _unary(_name, _fn)
+
+for _name, _fn in {
+    "add": np.add, "add_any": np.add, "sub": np.subtract, "mul": np.multiply,
+    "max": np.maximum, "min": np.minimum, "rem": np.fmod, "atan2": np.arctan2,
+    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+    "gt": np.greater, "ge": np.greater_equal, "and": np.logical_and, "or": np.logical_or,
+    "xor": np.logical_xor, "nextafter": np.nextafter,
+}.items():
+    _binary(_name, _fn)
+
+
+@rule("div")
+def _div(x, y, **_):
+    if np.issubdtype(np.result_type(x, y), np.integer):  # XLA integer division rounds to zero
+        return np.trunc(np.true_divide(x, y)).astype(np.result_type(x, y))
+    return np.true_divide(x, y)
+
+
+@rule("pow")
+def _pow(x, y, **_):
+    x = np.asarray(x)
+    return np.power(x, np.asarray(y).astype(x.dtype))
+
+
+@rule("integer_pow")
+def _integer_pow(x, *, y, **_):
+    if y == 1:
+        return x
+    if y == 2:
+        return np.multiply(x, x)
+    return np.power(x, x.dtype.type(y)) if y > 0 else np.reciprocal(np.power(x, x.dtype.type(-y)))
+
+
+@rule("convert_element_type")
+def _convert(x, *, new_dtype, **_):
+    return np.asarray(x).astype(new_dtype, copy=False)
+
+
+@rule("select_n")
+def _select_n(which, *cases, **_):
+    if len(cases) == 2:
+        return np.where(which, cases[1], cases[0])
+    return np.choose(np.asarray(which, dtype=np.int64), np.broadcast_arrays(*cases))
+
+
+@rule("clamp")
+def _clamp(low, x, high, **_):
+    return np.clip(x, low, high)
+
+
+@rule("broadcast_in_dim")
+def _broadcast_in_dim(x, *, shape, broadcast_dimensions, **_):
+    x = np.asarray(x)
+    expanded = [1] * len(shape)
+    for source, target in enumerate(broadcast_dimensions):
+        expanded[target] = x.shape[source]
+    return np.broadcast_to(x.reshape(expanded), shape)
+
+
+@rule("reshape")
+def _reshape(x, *, new_sizes, dimensions=None, **_):
+    if dimensions is not None:
+        x = np.transpose(x, dimensions)
+    return np.reshape(x, new_sizes)
+
+
+@rule("squeeze")
+def _squeeze(x, *, dimensions, **_):
+    return np.squeeze(x, axis=tuple(dimensions))
+
+
+@rule("expand_dims")
+def _expand_dims(x, *, dimensions, **_):
+    return np.expand_dims(x, tuple(dimensions))
+
+
+@rule("transpose")
+def _transpose(x, *, permutation, **_):
+    return np.transpose(x, permutation)
+
+
+@rule("reduce_sum")
+def _reduce_sum(x, *, axes, **_):
+    return np.sum(x, axis=tuple(axes), dtype=x.dtype)
+
+
+@rule("reduce_max")
+def _reduce_max(x, *, axes, **_):
+    return np.max(x, axis=tuple(axes))
+
+
+@rule("reduce_min")
+def _reduce_min(x, *, axes, **_):
+    return np.min(x, axis=tuple(axes))
+
+
+@rule("argmax")
+def _argmax(x, *, axes, index_dtype, **_):
+    return np.argmax(x, axis=axes[0]).astype(index_dtype)
+
+
+@rule("argmin")
+def _argmin(x, *, axes, index_dtype, **_):
+    return np.argmin(x, axis=axes[0]).astype(index_dtype)
+
+
+@rule("iota")
+def _iota(*, dtype, shape, dimension, **_):
+    line = np.arange(shape[dimension], dtype=dtype)
+    expanded = [1] * len(shape)
+    expanded[dimension] = shape[dimension]
+    return np.broadcast_to(line.reshape(expanded), shape)
+
+
+@rule("concatenate")
+def _concatenate(*xs, dimension, **_):
+    return np.concatenate(xs, axis=dimension)
+
+
+@rule("slice")
+def _slice(x, *, start_indices, limit_indices, strides=None, **_):
+    strides = strides or (1,) * x.ndim
+    return x[tuple(slice(s, e, k) for s, e, k in zip(start_indices, limit_indices, strides, strict=True))]
+
+
+@rule("dot_general")
+def _dot_general(lhs, rhs, *, dimension_numbers, preferred_element_type=None, **_):
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
+    lhs_contract, rhs_contract = tuple(map(int, lhs_contract)), tuple(map(int, rhs_contract))
+    lhs_batch, rhs_batch = tuple(map(int, lhs_batch)), tuple(map(int, rhs_batch))
+    if not lhs_batch and lhs.ndim == 2 and rhs.ndim == 2 and len(lhs_contract) == 1:
+        # The hot case: a plain matrix product. Transposed views go to BLAS without a copy.
+        a = lhs if lhs_contract[0] == 1 else lhs.T
+        b = rhs if rhs_contract[0] == 0 else rhs.T
+        out = a @ b
+    else:
+        lhs_free = [d for d in range(lhs.ndim) if d not in lhs_contract and d not in lhs_batch]
+        rhs_free = [d for d in range(rhs.ndim) if d not in rhs_contract and d not in rhs_batch]
+        batch_shape = [lhs.shape[d] for d in lhs_batch]
+        free_shape = [lhs.shape[d] for d in lhs_free] + [rhs.shape[d] for d in rhs_free]
+        size = lambda arr, dims: int(np.prod([arr.shape[d] for d in dims], dtype=np.int64))  # noqa: E731
+        batch, contract = size(lhs, lhs_batch), size(lhs, lhs_contract)
+        a = np.transpose(lhs, lhs_batch + tuple(lhs_free) + lhs_contract).reshape(
+            batch, size(lhs, lhs_free), contract
+        )
+        b = np.transpose(rhs, rhs_batch + rhs_contract + tuple(rhs_free)).reshape(
+            batch, contract, size(rhs, rhs_free)
+        )
+        out = np.matmul(a, b).reshape(batch_shape + free_shape)
+    if preferred_element_type is not None:
+        out = out.astype(preferred_element_type, copy=False)
+    return out
+
+
+class UnsupportedPrimitive(NotImplementedError):
+    """The program uses a primitive the interpreter has no rule for."""
+
+
+def find_unsupported(jaxpr: Jaxpr) -> set[str]:
+    """Names of primitives anywhere in `jaxpr` (nested jaxprs included) that have no rule."""
+    missing = set()
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name in CALL_JAXPR_PARAM:
+            if called_jaxpr(eqn) is None:
+                missing.add(name)
+        elif name not in RULES:
+            missing.add(name)
+        for sub in sub_jaxprs(eqn):
+            missing |= find_unsupported(sub)
+    return missing
+
+
+class _Plan:
+    """A jaxpr flattened into slot-addressed steps, built once and run many times."""
+
+    def __init__(self, jaxpr: Jaxpr, consts: Sequence[Any]):
+        slots: dict[Any, int] = {}
+        template: list[Any] = []
+
+        def slot_of(var) -> int:
+            if isinstance(var, Literal):
+                template.append(np.asarray(var.val, dtype=var.aval.dtype))
+                return len(template) - 1
+            if var not in slots:
+                slots[var] = len(template)
+                template.append(None)
+            return slots[var]
+
+        const_slots = [slot_of(v) for v in jaxpr.constvars]
+        for slot, value in zip(const_slots, consts, strict=True):
+            template[slot] = np.asarray(value)
+        self.input_slots = [slot_of(v) for v in jaxpr.invars]
+        steps = []
+        for eqn in jaxpr.eqns:
+            ins = [slot_of(v) for v in eqn.invars]
+            outs = [slot_of(v) for v in eqn.outvars]
+            dtypes = [np.dtype(v.aval.dtype) for v in eqn.outvars]
+            call = called_jaxpr(eqn)
+            if call is not None:
+                sub_plan = _Plan(*call)
+                fn, params, multiple = sub_plan.run, {}, True
+            else:
+                fn, params, multiple = RULES[eqn.primitive.name], dict(eqn.params), eqn.primitive.multiple_results
+            steps.append([fn, ins, outs, params, multiple, dtypes, []])
+        self.output_slots = [slot_of(v) for v in jaxpr.outvars]
+        # Drop each intermediate right after its last reader, so peak memory stays near XLA's.
+        keep = set(self.output_slots) | {i for i, v in enumerate(template) if v is not None}
+        last_use: dict[int, int] = {}
+        for index, step in enumerate(steps):
+            for slot in step[1]:
+                last_use[slot] = index
+        for slot, index in last_use.items():
+            if slot not in keep:
+                steps[index][6].append(slot)
+        self.steps = [tuple(step) for step in steps]
+        self.template = template
+
+    def run(self, *args: Any) -> list[Any]:
+        env = list(self.template)
+        for slot, value in zip(self.input_slots, args, strict=True):
+            env[slot] = value
+        for fn, ins, outs, params, multiple, dtypes, frees in self.steps:
+            result = fn(*[env[i] for i in ins], **params)
+            results = result if multiple else (result,)
+            for slot, value, dtype in zip(outs, results, dtypes, strict=True):
+                if value.dtype != dtype:
+                    value = value.astype(dtype)
+                env[slot] = value
+            for slot in frees:
+                env[slot] = None
+        return [env[i] for i in self.output_slots]
+
+
+class Interpreter:
+    """Evaluate a closed jaxpr in NumPy. Checks the whole program for support when built."""
+
+    def __init__(self, program: ClosedJaxpr, label: str = "program"):
+        missing = find_unsupported(program.jaxpr)
+        if missing:
+            raise UnsupportedPrimitive(
+                f"the interpreter has no rule for primitive(s) {', '.join(sorted(missing))} used in "
+                f"the captured {label}; add a rule to gradlanes.interpreter.RULES or run this "
+                "lane on engine 'xla'"
+            )
+        self._plan = _Plan(program.jaxpr, program.consts)
+
+    def __call__(self, *args: Any) -> list[np.ndarray]:
+        return [_materialize(value) for value in self._plan.run(*args)]
+
+
+def _materialize(value: Any) -> np.ndarray:
+    """Outputs may be NumPy scalars or broadcast views; make them ordinary arrays (0-d kept 0-d)."""
+    value = np.asarray(value)
+    return value if value.flags.c_contiguous and value.flags.writeable else np.array(value, order="C")

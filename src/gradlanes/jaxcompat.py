@@ -1,0 +1,68 @@
+"""The one place gradlanes touches `jax.extend` and other names that moved between JAX releases.
+
+gradlanes runs on jax 0.10 (Python 3.11, this machine) and jax 0.11 (the GPU machine). Keeping the
+version-sensitive imports here means a JAX upgrade is a one-file change.
+"""
+
+from __future__ import annotations
+
+from jax.extend.core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var, jaxpr_as_fun
+
+#: jax.monitoring event recorded once per XLA backend compilation (jax/_src/dispatch.py).
+BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+#: Primitives that call a nested jaxpr with their own operands, and the param holding it.
+CALL_JAXPR_PARAM = {
+    "jit": "jaxpr",
+    "pjit": "jaxpr",
+    "closed_call": "call_jaxpr",
+    "core_call": "call_jaxpr",
+    "custom_jvp_call": "call_jaxpr",
+    "custom_vjp_call": "call_jaxpr",
+    "custom_vjp_call_jaxpr": "fun_jaxpr",
+    "remat": "jaxpr",
+    "checkpoint": "jaxpr",
+}
+
+
+def sub_jaxprs(eqn: JaxprEqn) -> list[Jaxpr]:
+    """Every jaxpr nested in an equation's params (open form), for walking and counting."""
+    found: list[Jaxpr] = []
+
+    def visit(value) -> None:
+        if isinstance(value, ClosedJaxpr):
+            found.append(value.jaxpr)
+        elif isinstance(value, Jaxpr):
+            found.append(value)
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                visit(item)
+
+    for value in eqn.params.values():
+        visit(value)
+    return found
+
+
+def called_jaxpr(eqn: JaxprEqn) -> tuple[Jaxpr, list] | None:
+    """For a call-like equation, the jaxpr it runs on its operands and that jaxpr's constants."""
+    param = CALL_JAXPR_PARAM.get(eqn.primitive.name)
+    if param is None or param not in eqn.params:
+        return None
+    value = eqn.params[param]
+    if isinstance(value, ClosedJaxpr):
+        return value.jaxpr, list(value.consts)
+    return value, []
+
+
+__all__ = [
+    "BACKEND_COMPILE_EVENT",
+    "CALL_JAXPR_PARAM",
+    "ClosedJaxpr",
+    "Jaxpr",
+    "JaxprEqn",
+    "Literal",
+    "Var",
+    "called_jaxpr",
+    "jaxpr_as_fun",
+    "sub_jaxprs",
+]

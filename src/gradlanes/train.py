@@ -1,0 +1,114 @@
+"""The training loop every engine shares: batches, timing, evaluation, the step/loss log, NaN stops.
+
+The loop is engine-agnostic: it hands staged batches to `engine.step` and reads back the loss, so
+what differs between lanes is only the engine. Per-step time covers staging the batch (host to
+device for XLA), the step itself and reading the loss back; evaluation is timed apart.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from tqdm import tqdm
+
+from gradlanes.batching import batch_order
+from gradlanes.compiles import compile_window, total_compiles
+from gradlanes.dataset import Dataset
+from gradlanes.experiment import Experiment
+from gradlanes.joblog import UserFacingError
+from gradlanes.losses import loss_numpy
+
+log = logging.getLogger(__name__)
+
+
+class TrainingDiverged(UserFacingError):
+    def __init__(self, lane: str, seed: int, step: int, loss: float, last_finite: float | None):
+        self.step, self.loss = step, loss
+        super().__init__(
+            f"lane {lane!r} seed {seed}: the loss became {loss} at step {step} "
+            f"(last finite loss {last_finite}); no result is recorded as a success. "
+            f"Lower lanes.{lane}.learning_rate or check the inputs."
+        )
+
+
+@dataclass
+class TrainResult:
+    losses: list[float] = field(default_factory=list)
+    step_seconds: list[float] = field(default_factory=list)
+    evals: list[dict] = field(default_factory=list)
+    params: dict | None = None
+    logits: np.ndarray | None = None
+    compile_s: float = 0.0
+    train_compiles: int = 0
+    total_compiles: int = 0
+    train_s: float = 0.0
+    eval_s: float = 0.0
+
+    @property
+    def predictions(self) -> np.ndarray:
+        return self.logits.argmax(axis=1)
+
+
+def _evaluate(engine, staged_test, data: Dataset, exp: Experiment, step: int, result: TrainResult) -> dict:
+    started = time.perf_counter()
+    logits = engine.logits(staged_test)
+    result.eval_s += time.perf_counter() - started
+    correct = int((logits.argmax(axis=1) == data.test_labels).sum())
+    entry = {
+        "step": step,
+        "epoch": step / exp.steps_per_epoch,
+        "test_loss": loss_numpy(exp.loss, logits, data.test_labels),
+        "test_correct": correct,
+        "test_accuracy": correct / len(data.test_labels),
+    }
+    result.evals.append(entry)
+    result.logits = logits
+    return entry
+
+
+def train(exp: Experiment, engine, initial_params: dict, data: Dataset) -> TrainResult:
+    """Train `engine` from `initial_params` for `exp.steps` steps; evaluate on the test split."""
+    result = TrainResult()
+    engine.prepare(initial_params)
+    staged_test = engine.stage(data.test_images, data.test_labels)[0]
+    full_batch = engine.stage(data.train_images, data.train_labels) if exp.full_batch else None
+    log_every = max(1, math.ceil(exp.steps / exp.log_rows))
+    log.info("lane %s seed %d: %d steps of %d images on %s (%s)", exp.lane, exp.seed, exp.steps,
+             exp.batch_size, engine.kind, engine.device_kind)
+    log.info("%8s %14s %10s", "step", "loss", "elapsed_s")
+    bar = tqdm(total=exp.steps, desc=exp.lane, unit="step", disable=not sys.stderr.isatty(), leave=False)
+    _evaluate(engine, staged_test, data, exp, 0, result)
+    with compile_window() as window:
+        started = time.perf_counter()
+        engine.compile_step()
+        result.compile_s = time.perf_counter() - started
+        loop_started = time.perf_counter()
+        for step, indices in enumerate(batch_order(exp.seed, exp.train_images, exp.batch_size, exp.steps), 1):
+            t0 = time.perf_counter()
+            batch = full_batch if indices is None else engine.stage(
+                data.train_images[indices], data.train_labels[indices])
+            loss = engine.step(batch)
+            result.step_seconds.append(time.perf_counter() - t0)
+            if not math.isfinite(loss):
+                raise TrainingDiverged(exp.lane, exp.seed, step, loss,
+                                       result.losses[-1] if result.losses else None)
+            result.losses.append(loss)
+            bar.update(1)
+            if step % log_every == 0 or step in (1, exp.steps):
+                log.info("%8d %14.6f %10.2f", step, loss, time.perf_counter() - loop_started)
+                bar.set_postfix(loss=f"{loss:.4f}")
+            if step % exp.eval_every == 0 or step == exp.steps:
+                entry = _evaluate(engine, staged_test, data, exp, step, result)
+                log.info("%8d test loss %.6f accuracy %d / %d", step, entry["test_loss"],
+                         entry["test_correct"], len(data.test_labels))
+    bar.close()
+    result.train_s = float(sum(result.step_seconds))
+    result.train_compiles = window.count
+    result.total_compiles = total_compiles()
+    result.params = engine.params()
+    return result

@@ -1,0 +1,36 @@
+# One rule per lane, `train_<lane>`, so one lane can be rerun alone:
+#   snakemake --cores all --forcerun train_host
+
+
+rule init_weights:
+    input:
+        manifest=dataset_manifest(),
+    output:
+        "resources/init/{model_key}/seed-{seed}.npz",
+    log:
+        "logs/init_weights/{model_key}/seed-{seed}.log",
+    script:
+        "../scripts/init_weights.py"
+
+
+for lane in LANES:
+
+    rule:
+        name:
+            f"train_{lane}"
+        input:
+            arrays=dataset_arrays(),
+            manifest=dataset_manifest(),
+            init=init_weights_path(lane),
+        output:
+            **lane_outputs(lane),
+        params:
+            lane=lane,
+            settings=config["lanes"][lane],
+            failure=f"logs/train/{lane}/seed-{{seed}}.failed.json",
+        log:
+            f"logs/train/{lane}/seed-{{seed}}.log",
+        # Each lane gets the whole machine, so lanes never share cores while they are timed.
+        threads: workflow.cores
+        script:
+            "../scripts/train_lane.py"

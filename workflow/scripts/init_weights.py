@@ -1,0 +1,19 @@
+"""Snakemake glue for rule init_weights; the logic lives in gradlanes.models."""
+
+import json
+from pathlib import Path
+
+from gradlanes.joblog import job_logging
+from gradlanes.models import ModelSpec, parse_model_key, save_initial_params
+
+smk = snakemake  # noqa: F821 - injected by Snakemake
+
+with job_logging(smk.log[0]) as log:
+    manifest = json.loads(Path(smk.input.manifest).read_text())
+    name, hidden, init = parse_model_key(smk.wildcards.model_key)
+    inputs = 1
+    for size in manifest["image_shape"]:
+        inputs *= size
+    spec = ModelSpec(name=name, inputs=inputs, classes=manifest["classes"], hidden=hidden, init=init)
+    save_initial_params(spec, int(smk.wildcards.seed), smk.output[0])
+    log.info("initial weights for %s, seed %s: %s", spec.key, smk.wildcards.seed, spec.shapes())
