@@ -33,3 +33,44 @@ def mirror_server(shared_mnist):
 @pytest.fixture
 def dataset_config() -> dict:
     return {**CONFIG["dataset"]}
+
+
+@pytest.fixture(scope="session")
+def prepared_mnist(shared_mnist, tmp_path_factory) -> dict:
+    """The real MNIST prepared once per session: paths of the array file and manifest."""
+    import json
+
+    from gradlanes.data.prepare import ROLES, prepare_dataset
+
+    folder = tmp_path_factory.mktemp("mnist")
+    files = CONFIG["dataset"]["files"]
+    (folder / "download.json").write_text(json.dumps({"files": [{"role": r} for r in ROLES]}))
+    for role in ROLES:
+        (folder / files[role]["name"]).symlink_to(shared_mnist / files[role]["name"])
+    prepare_dataset(
+        "mnist", files, 10, folder, folder / "download.json", folder / "mnist.npz", folder / "manifest.json"
+    )
+    return {"arrays": folder / "mnist.npz", "manifest": folder / "manifest.json"}
+
+
+def small_lane(**overrides) -> dict:
+    """Lane settings small enough for unit tests (seconds, not minutes)."""
+    settings = {
+        "engine": "xla",
+        "device": "cpu",
+        "model": "mlp",
+        "hidden": 32,
+        "init": "lecun_normal",
+        "loss": "xent",
+        "optimizer": "adam",
+        "learning_rate": 1e-3,
+        "schedule": "constant",
+        "batch_size": 64,
+        "steps": 12,
+        "train_images": 512,
+        "test_images": 200,
+        "eval_every": 4,
+        "log_rows": 4,
+    }
+    settings.update(overrides)
+    return settings

@@ -27,8 +27,15 @@ from gradlanes.engines import make_engine
 from gradlanes.experiment import Experiment
 
 log = logging.getLogger(__name__)
-BOUNDS = ("step0_loss_rel", "step0_grad_rel", "trained_grad_rel", "early_loss_rel", "final_loss_rel",
-          "predictions_equal_min", "accuracy_points_max")
+BOUNDS = (
+    "step0_loss_rel",
+    "step0_grad_rel",
+    "trained_grad_rel",
+    "early_loss_rel",
+    "final_loss_rel",
+    "predictions_equal_min",
+    "accuracy_points_max",
+)
 
 
 def relative(candidate: float, reference: float) -> float:
@@ -56,25 +63,51 @@ def trained_params(model_path) -> dict:
         return {k.removeprefix("param/"): stored[k] for k in stored.files if k.startswith("param/")}
 
 
-def _entry(name: str, measured: float | None, bound: float, at_most: bool = True,
-           skipped: str | None = None) -> dict:
+def _entry(
+    name: str, measured: float | None, bound: float, at_most: bool = True, skipped: str | None = None
+) -> dict:
     if skipped:
-        return {"name": name, "measured": None, "bound": bound, "passed": None, "status": "skipped",
-                "reason": skipped}
+        return {
+            "name": name,
+            "measured": None,
+            "bound": bound,
+            "passed": None,
+            "status": "skipped",
+            "reason": skipped,
+        }
     passed = measured <= bound if at_most else measured >= bound
-    return {"name": name, "measured": measured, "bound": bound, "passed": bool(passed),
-            "status": "ok" if passed else "failed", "relation": "<=" if at_most else ">="}
+    return {
+        "name": name,
+        "measured": measured,
+        "bound": bound,
+        "passed": bool(passed),
+        "status": "ok" if passed else "failed",
+        "relation": "<=" if at_most else ">=",
+    }
 
 
-def check_pair(name: str, bounds: dict, reference: Experiment, candidate: Experiment,
-               outputs: Callable[[str], dict], params: dict, data: Dataset) -> list[dict]:
+def check_pair(
+    name: str,
+    bounds: dict,
+    reference: Experiment,
+    candidate: Experiment,
+    outputs: Callable[[str], dict],
+    params: dict,
+    data: Dataset,
+) -> list[dict]:
     """All configured checks of one pair for one seed; `outputs(lane)` gives a lane's files."""
     prefix = f"{name}/seed-{reference.seed}"
     ref_out, cand_out = outputs(reference.lane), outputs(candidate.lane)
     ref_rec = json.loads(Path(ref_out["record"]).read_text())
     cand_rec = json.loads(Path(cand_out["record"]).read_text())
-    skipped = next((f"lane {r['lane']} was {r['status']}: {r['reason']}"
-                    for r in (ref_rec, cand_rec) if r["status"] != "ok"), None)
+    skipped = next(
+        (
+            f"lane {r['lane']} was {r['status']}: {r['reason']}"
+            for r in (ref_rec, cand_rec)
+            if r["status"] != "ok"
+        ),
+        None,
+    )
     entries: list[dict] = []
     wanted = [b for b in BOUNDS if bounds.get(b) is not None]
     if skipped:
@@ -85,14 +118,25 @@ def check_pair(name: str, bounds: dict, reference: Experiment, candidate: Experi
         (ref_loss, ref_grad), (_, ref_trained) = gradients_at(reference, weights, data)
         (cand_loss, cand_grad), (_, cand_trained) = gradients_at(candidate, weights, data)
         if "step0_loss_rel" in wanted:
-            entries.append(_entry(f"{prefix}/step0_loss_rel", relative(cand_loss, ref_loss),
-                                  bounds["step0_loss_rel"]))
+            entries.append(
+                _entry(f"{prefix}/step0_loss_rel", relative(cand_loss, ref_loss), bounds["step0_loss_rel"])
+            )
         if "step0_grad_rel" in wanted:
-            entries.append(_entry(f"{prefix}/step0_grad_rel", gradient_relative(cand_grad, ref_grad),
-                                  bounds["step0_grad_rel"]))
+            entries.append(
+                _entry(
+                    f"{prefix}/step0_grad_rel",
+                    gradient_relative(cand_grad, ref_grad),
+                    bounds["step0_grad_rel"],
+                )
+            )
         if "trained_grad_rel" in wanted:
-            entries.append(_entry(f"{prefix}/trained_grad_rel",
-                                  gradient_relative(cand_trained, ref_trained), bounds["trained_grad_rel"]))
+            entries.append(
+                _entry(
+                    f"{prefix}/trained_grad_rel",
+                    gradient_relative(cand_trained, ref_trained),
+                    bounds["trained_grad_rel"],
+                )
+            )
     if "early_loss_rel" in wanted:
         count = bounds.get("early_steps", 10)
         ref_losses = _train_losses(ref_out["curve"])[:count]
@@ -100,14 +144,19 @@ def check_pair(name: str, bounds: dict, reference: Experiment, candidate: Experi
         worst = max(relative(c, r) for c, r in zip(cand_losses, ref_losses, strict=True))
         entries.append(_entry(f"{prefix}/early_loss_rel", worst, bounds["early_loss_rel"]))
     if "final_loss_rel" in wanted:
-        entries.append(_entry(f"{prefix}/final_loss_rel",
-                              relative(cand_rec["loss"]["final"], ref_rec["loss"]["final"]),
-                              bounds["final_loss_rel"]))
+        entries.append(
+            _entry(
+                f"{prefix}/final_loss_rel",
+                relative(cand_rec["loss"]["final"], ref_rec["loss"]["final"]),
+                bounds["final_loss_rel"],
+            )
+        )
     if "predictions_equal_min" in wanted:
         with np.load(ref_out["model"]) as r, np.load(cand_out["model"]) as c:
             equal = float(np.mean(r["predictions"] == c["predictions"]))
-        entries.append(_entry(f"{prefix}/predictions_equal", equal, bounds["predictions_equal_min"],
-                              at_most=False))
+        entries.append(
+            _entry(f"{prefix}/predictions_equal", equal, bounds["predictions_equal_min"], at_most=False)
+        )
     if "accuracy_points_max" in wanted:
         gap = abs(cand_rec["accuracy"]["percent"] - ref_rec["accuracy"]["percent"])
         entries.append(_entry(f"{prefix}/accuracy_points", gap, bounds["accuracy_points_max"]))
@@ -123,6 +172,8 @@ def summarize(checks: list[dict]) -> dict:
     failed = [c for c in checks if c["status"] == "failed"]
     return {
         "passed": not failed,
-        "counts": {status: sum(c["status"] == status for c in checks) for status in ("ok", "failed", "skipped")},
+        "counts": {
+            status: sum(c["status"] == status for c in checks) for status in ("ok", "failed", "skipped")
+        },
         "checks": checks,
     }

@@ -89,9 +89,7 @@ def capture(exp: Experiment, eval_batch: int | None = None) -> CapturedProgram:
     """Trace the experiment's programs with `jax.make_jaxpr`; nothing is compiled."""
     eval_batch = eval_batch or exp.test_images
     logits_of, gradient, init_state, train_step = _programs(exp)
-    params = {
-        name: jax.ShapeDtypeStruct(shape, jnp.float32) for name, shape in exp.model.shapes().items()
-    }
+    params = {name: jax.ShapeDtypeStruct(shape, jnp.float32) for name, shape in exp.model.shapes().items()}
     images = jax.ShapeDtypeStruct((exp.batch_size, exp.model.inputs), jnp.float32)
     labels = jax.ShapeDtypeStruct((exp.batch_size,), jnp.int32)
     eval_images = jax.ShapeDtypeStruct((eval_batch, exp.model.inputs), jnp.float32)
@@ -116,7 +114,5 @@ def capture(exp: Experiment, eval_batch: int | None = None) -> CapturedProgram:
     for name in ("forward", "gradient", "step"):
         jaxpr = getattr(program, name).jaxpr
         program.ir[name] = {"top": len(jaxpr.eqns), "total": count_equations(jaxpr)}
-    program.primitives = sorted(
-        set().union(*(primitives_of(p.jaxpr) for p in programs.values()))
-    )
+    program.primitives = sorted(set().union(*(primitives_of(p.jaxpr) for p in programs.values())))
     return program

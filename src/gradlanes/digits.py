@@ -26,7 +26,9 @@ def render(pixels: np.ndarray, predictions: np.ndarray, labels: np.ndarray, titl
         middle = len(lines) // 2
         blocks.append(f"test image {index}:")
         for number, line in enumerate(lines):
-            note = f"   predicted {int(predicted)}, label {int(label)} ({verdict})" if number == middle else ""
+            note = (
+                f"   predicted {int(predicted)}, label {int(label)} ({verdict})" if number == middle else ""
+            )
             blocks.append(f"|{line}|{note}".rstrip())
         blocks.append("")
     return "\n".join(blocks)

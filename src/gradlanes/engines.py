@@ -93,7 +93,9 @@ class XlaEngine:
     def loss_and_grad(self, params: dict, images: np.ndarray, labels: np.ndarray):
         if self._gradient is None:
             self._gradient = self._compile(self.program.gradient)
-        args = [jax.device_put(a, self.device) for a in (*self.program.flatten_params(params), images, labels)]
+        args = [
+            jax.device_put(a, self.device) for a in (*self.program.flatten_params(params), images, labels)
+        ]
         loss, *grads = self._gradient(*args)
         return float(loss), self.program.unflatten_params([np.asarray(g) for g in grads])
 

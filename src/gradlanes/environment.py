@@ -18,8 +18,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _git(*args: str) -> str | None:
     try:
-        done = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
-                              timeout=10, check=True)
+        done = subprocess.run(
+            ["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=10, check=True
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip()

@@ -61,8 +61,9 @@ class Experiment:
         return asdict(self)
 
 
-def resolve(lane: str, settings: dict, seed: int, inputs: int, classes: int,
-            train_available: int, test_available: int) -> Experiment:
+def resolve(
+    lane: str, settings: dict, seed: int, inputs: int, classes: int, train_available: int, test_available: int
+) -> Experiment:
     """Turn validated lane settings into concrete sizes, with errors naming the lane and key."""
 
     def count(key: str, available: int) -> int:
@@ -70,9 +71,7 @@ def resolve(lane: str, settings: dict, seed: int, inputs: int, classes: int,
         if value == "all":
             return available
         if value > available:
-            raise ValueError(
-                f"'lanes.{lane}.{key}' is {value}, but the dataset has only {available} images"
-            )
+            raise ValueError(f"'lanes.{lane}.{key}' is {value}, but the dataset has only {available} images")
         return int(value)
 
     train_images = count("train_images", train_available)

@@ -54,8 +54,7 @@ def sgd_update(param: np.ndarray, grad: np.ndarray, learning_rate: float) -> np.
     return param - param.dtype.type(learning_rate) * grad
 
 
-def reduce_loss_and_correct(losses: list[float], probs: np.ndarray, labels: np.ndarray
-                            ) -> tuple[float, int]:
+def reduce_loss_and_correct(losses: list[float], probs: np.ndarray, labels: np.ndarray) -> tuple[float, int]:
     """The mean of per-batch losses and the count of correct predictions in `probs`."""
     return float(np.mean(losses)) if losses else float("nan"), int((probs.argmax(1) == labels).sum())
 
@@ -74,8 +73,9 @@ def loss_and_grad(params: dict, x: np.ndarray, labels: np.ndarray) -> tuple[np.f
     return loss, {"w": dw, "b": db}
 
 
-def sgd_step(params: dict, x: np.ndarray, labels: np.ndarray, learning_rate: float
-             ) -> tuple[dict, np.float32]:
+def sgd_step(
+    params: dict, x: np.ndarray, labels: np.ndarray, learning_rate: float
+) -> tuple[dict, np.float32]:
     """One training step: the gradient of the batch objective, then the SGD update."""
     loss, grads = loss_and_grad(params, x, labels)
     return {k: sgd_update(params[k], grads[k], learning_rate) for k in params}, loss

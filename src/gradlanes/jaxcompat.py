@@ -6,6 +6,7 @@ version-sensitive imports here means a JAX upgrade is a one-file change.
 
 from __future__ import annotations
 
+import jax.core
 from jax.extend.core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var, jaxpr_as_fun
 
 #: jax.monitoring event recorded once per XLA backend compilation (jax/_src/dispatch.py).
@@ -23,6 +24,14 @@ CALL_JAXPR_PARAM = {
     "remat": "jaxpr",
     "checkpoint": "jaxpr",
 }
+
+
+def eval_jaxpr(program: ClosedJaxpr, *args):
+    """JAX's own reference evaluation of a closed jaxpr (op by op, as jax.core.eval_jaxpr does)."""
+    reference = getattr(jax.core, "eval_jaxpr", None)
+    if reference is not None:
+        return reference(program.jaxpr, program.consts, *args)
+    return jaxpr_as_fun(program)(*args)
 
 
 def sub_jaxprs(eqn: JaxprEqn) -> list[Jaxpr]:
@@ -63,6 +72,7 @@ __all__ = [
     "Literal",
     "Var",
     "called_jaxpr",
+    "eval_jaxpr",
     "jaxpr_as_fun",
     "sub_jaxprs",
 ]

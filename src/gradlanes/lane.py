@@ -72,8 +72,14 @@ def run_lane(exp: Experiment, paths: LanePaths) -> dict:
         if program:
             record["ir"] = {name: program.ir[name] for name in ("forward", "gradient", "step")}
             record["primitives"] = program.primitives
-        write_outputs(record, curve_frame(), f"lane {exp.lane} skipped: {unavailable}",
-                      paths.record, paths.curve, paths.digits)
+        write_outputs(
+            record,
+            curve_frame(),
+            f"lane {exp.lane} skipped: {unavailable}",
+            paths.record,
+            paths.curve,
+            paths.digits,
+        )
         save_model(paths.model, {}, None, "skipped")
         return record
 
@@ -89,11 +95,22 @@ def run_lane(exp: Experiment, paths: LanePaths) -> dict:
         raise
     fill_from_run(record, exp, engine, program, result, time.perf_counter() - started, usable_cores())
     shown = slice(0, DIGITS_SHOWN)
-    digits = render(data.test_pixels[shown], result.predictions[shown], data.test_labels[shown],
-                    f"lane {exp.lane}, seed {exp.seed}: the first {DIGITS_SHOWN} test digits")
+    digits = render(
+        data.test_pixels[shown],
+        result.predictions[shown],
+        data.test_labels[shown],
+        f"lane {exp.lane}, seed {exp.seed}: the first {DIGITS_SHOWN} test digits",
+    )
     save_model(paths.model, result.params, result.predictions, "ok")
     write_outputs(record, curve_frame(result), digits, paths.record, paths.curve, paths.digits)
-    log.info("lane %s seed %d: %d / %d correct (%.2f %%), %.3f ms/step median, %d train compile(s)",
-             exp.lane, exp.seed, record["accuracy"]["correct"], exp.test_images,
-             record["accuracy"]["percent"], record["timing"]["step_ms_median"], record["compiles"]["train"])
+    log.info(
+        "lane %s seed %d: %d / %d correct (%.2f %%), %.3f ms/step median, %d train compile(s)",
+        exp.lane,
+        exp.seed,
+        record["accuracy"]["correct"],
+        exp.test_images,
+        record["accuracy"]["percent"],
+        record["timing"]["step_ms_median"],
+        record["compiles"]["train"],
+    )
     return record

@@ -21,8 +21,15 @@ from gradlanes.experiment import Experiment
 
 SCHEMA_VERSION = 1
 RECORD_SCHEMA = REPO / "workflow" / "schemas" / "record.schema.json"
-CURVE_COLUMNS = {"kind": "string", "step": "int64", "epoch": "float64", "loss": "float64",
-                 "step_ms": "float64", "test_accuracy": "float64", "test_correct": "Int64"}
+CURVE_COLUMNS = {
+    "kind": "string",
+    "step": "int64",
+    "epoch": "float64",
+    "loss": "float64",
+    "step_ms": "float64",
+    "test_accuracy": "float64",
+    "test_correct": "Int64",
+}
 
 
 class RecordInvalid(ValueError):
@@ -33,7 +40,9 @@ def validate_record(record: dict, schema_path: Path = RECORD_SCHEMA) -> None:
     schema = json.loads(Path(schema_path).read_text())
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(record), key=str)
     if errors:
-        where = "; ".join(f"{'.'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}" for e in errors[:5])
+        where = "; ".join(
+            f"{'.'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}" for e in errors[:5]
+        )
         raise RecordInvalid(f"record for lane {record.get('lane')!r} does not match {schema_path}: {where}")
 
 
@@ -53,9 +62,17 @@ def base_record(exp: Experiment, dataset_sha256: dict, status: str, reason: str 
         "primitives": [],
         "compiles": {"train": None, "total": None},
         "dispatches": None,
-        "timing": {"compile_s": None, "train_s": None, "eval_s": None, "wall_s": None,
-                   "step_ms_median": None, "step_ms_p10": None, "step_ms_p90": None,
-                   "images_per_s": None, "threads": None},
+        "timing": {
+            "compile_s": None,
+            "train_s": None,
+            "eval_s": None,
+            "wall_s": None,
+            "step_ms_median": None,
+            "step_ms_p10": None,
+            "step_ms_p90": None,
+            "images_per_s": None,
+            "threads": None,
+        },
         "loss": {"first": None, "final": None, "failed_step": None},
         "accuracy": {"correct": None, "total": None, "percent": None},
         "dataset": {"name": None, "sha256": dataset_sha256},
@@ -64,7 +81,9 @@ def base_record(exp: Experiment, dataset_sha256: dict, status: str, reason: str 
     }
 
 
-def fill_from_run(record: dict, exp: Experiment, engine, program, result, wall_s: float, threads: int) -> dict:
+def fill_from_run(
+    record: dict, exp: Experiment, engine, program, result, wall_s: float, threads: int
+) -> dict:
     step_ms = np.asarray(result.step_seconds) * 1e3
     final = result.evals[-1]
     record.update(
@@ -88,8 +107,11 @@ def fill_from_run(record: dict, exp: Experiment, engine, program, result, wall_s
         "threads": threads,
     }
     record["loss"] = {"first": result.losses[0], "final": result.losses[-1], "failed_step": None}
-    record["accuracy"] = {"correct": final["test_correct"], "total": exp.test_images,
-                          "percent": round(100 * final["test_correct"] / exp.test_images, 4)}
+    record["accuracy"] = {
+        "correct": final["test_correct"],
+        "total": exp.test_images,
+        "percent": round(100 * final["test_correct"] / exp.test_images, 4),
+    }
     return record
 
 
@@ -99,15 +121,29 @@ def curve_frame(result=None) -> pd.DataFrame:
         for step, (loss, seconds) in enumerate(zip(result.losses, result.step_seconds, strict=True), 1):
             rows.append({"kind": "train", "step": step, "loss": loss, "step_ms": seconds * 1e3})
         for entry in result.evals:
-            rows.append({"kind": "test", "step": entry["step"], "epoch": entry["epoch"],
-                         "loss": entry["test_loss"], "test_accuracy": entry["test_accuracy"],
-                         "test_correct": entry["test_correct"]})
+            rows.append(
+                {
+                    "kind": "test",
+                    "step": entry["step"],
+                    "epoch": entry["epoch"],
+                    "loss": entry["test_loss"],
+                    "test_accuracy": entry["test_accuracy"],
+                    "test_correct": entry["test_correct"],
+                }
+            )
     frame = pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
     return frame.astype(CURVE_COLUMNS)
 
 
-def write_outputs(record: dict, curve: pd.DataFrame, digits: str, record_path, curve_path, digits_path,
-                  schema_path: Path = RECORD_SCHEMA) -> None:
+def write_outputs(
+    record: dict,
+    curve: pd.DataFrame,
+    digits: str,
+    record_path,
+    curve_path,
+    digits_path,
+    schema_path: Path = RECORD_SCHEMA,
+) -> None:
     """Validate, then write the three files; the record goes last so it never outlives its peers."""
     validate_record(record, schema_path)
     with atomic_path(curve_path) as tmp:

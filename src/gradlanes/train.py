@@ -78,8 +78,15 @@ def train(exp: Experiment, engine, initial_params: dict, data: Dataset) -> Train
     staged_test = engine.stage(data.test_images, data.test_labels)[0]
     full_batch = engine.stage(data.train_images, data.train_labels) if exp.full_batch else None
     log_every = max(1, math.ceil(exp.steps / exp.log_rows))
-    log.info("lane %s seed %d: %d steps of %d images on %s (%s)", exp.lane, exp.seed, exp.steps,
-             exp.batch_size, engine.kind, engine.device_kind)
+    log.info(
+        "lane %s seed %d: %d steps of %d images on %s (%s)",
+        exp.lane,
+        exp.seed,
+        exp.steps,
+        exp.batch_size,
+        engine.kind,
+        engine.device_kind,
+    )
     log.info("%8s %14s %10s", "step", "loss", "elapsed_s")
     bar = tqdm(total=exp.steps, desc=exp.lane, unit="step", disable=not sys.stderr.isatty(), leave=False)
     _evaluate(engine, staged_test, data, exp, 0, result)
@@ -90,13 +97,17 @@ def train(exp: Experiment, engine, initial_params: dict, data: Dataset) -> Train
         loop_started = time.perf_counter()
         for step, indices in enumerate(batch_order(exp.seed, exp.train_images, exp.batch_size, exp.steps), 1):
             t0 = time.perf_counter()
-            batch = full_batch if indices is None else engine.stage(
-                data.train_images[indices], data.train_labels[indices])
+            batch = (
+                full_batch
+                if indices is None
+                else engine.stage(data.train_images[indices], data.train_labels[indices])
+            )
             loss = engine.step(batch)
             result.step_seconds.append(time.perf_counter() - t0)
             if not math.isfinite(loss):
-                raise TrainingDiverged(exp.lane, exp.seed, step, loss,
-                                       result.losses[-1] if result.losses else None)
+                raise TrainingDiverged(
+                    exp.lane, exp.seed, step, loss, result.losses[-1] if result.losses else None
+                )
             result.losses.append(loss)
             bar.update(1)
             if step % log_every == 0 or step in (1, exp.steps):
@@ -104,8 +115,13 @@ def train(exp: Experiment, engine, initial_params: dict, data: Dataset) -> Train
                 bar.set_postfix(loss=f"{loss:.4f}")
             if step % exp.eval_every == 0 or step == exp.steps:
                 entry = _evaluate(engine, staged_test, data, exp, step, result)
-                log.info("%8d test loss %.6f accuracy %d / %d", step, entry["test_loss"],
-                         entry["test_correct"], len(data.test_labels))
+                log.info(
+                    "%8d test loss %.6f accuracy %d / %d",
+                    step,
+                    entry["test_loss"],
+                    entry["test_correct"],
+                    len(data.test_labels),
+                )
     bar.close()
     result.train_s = float(sum(result.step_seconds))
     result.train_compiles = window.count

@@ -25,8 +25,15 @@ with job_logging(smk.log[0]) as log:
     for seed in smk.params.seeds:
         for name, bounds in smk.params.checks.items():
             experiments = {
-                role: resolve(bounds[role], smk.params.lanes[bounds[role]], seed, inputs,
-                              manifest["classes"], manifest["counts"]["train"], manifest["counts"]["test"])
+                role: resolve(
+                    bounds[role],
+                    smk.params.lanes[bounds[role]],
+                    seed,
+                    inputs,
+                    manifest["classes"],
+                    manifest["counts"]["train"],
+                    manifest["counts"]["test"],
+                )
                 for role in ("reference", "candidate")
             }
             reference = experiments["reference"]
@@ -40,12 +47,21 @@ with job_logging(smk.log[0]) as log:
             checks += check_pair(name, bounds, reference, experiments["candidate"], outputs, params, data)
     report = summarize(checks)
     for check in checks:
-        log.info("%-45s %-8s measured %s bound %s", check["name"], check["status"], check["measured"],
-                 check["bound"])
+        log.info(
+            "%-45s %-8s measured %s bound %s",
+            check["name"],
+            check["status"],
+            check["measured"],
+            check["bound"],
+        )
     if not report["passed"]:
         failed = [c for c in checks if c["status"] == "failed"]
         log.error("agreement report:\n%s", json.dumps(report, indent=2))
         raise AgreementFailed(
-            "agreement checks failed: " + "; ".join(
-                f"{c['name']} measured {c['measured']:.3g}, bound {c['relation']} {c['bound']}" for c in failed))
+            "agreement checks failed: "
+            + "; ".join(
+                f"{c['name']} measured {c['measured']:.3g}, bound {c['relation']} {c['bound']}"
+                for c in failed
+            )
+        )
     write_json(smk.output[0], report)

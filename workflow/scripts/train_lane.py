@@ -3,9 +3,9 @@
 import json
 from pathlib import Path
 
+from gradlanes.experiment import resolve
 from gradlanes.joblog import job_logging
 from gradlanes.lane import LanePaths, run_lane
-from gradlanes.experiment import resolve
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 
@@ -14,11 +14,23 @@ with job_logging(smk.log[0]) as log:
     inputs = 1
     for size in manifest["image_shape"]:
         inputs *= size
-    exp = resolve(smk.params.lane, smk.params.settings, int(smk.wildcards.seed), inputs,
-                  manifest["classes"], manifest["counts"]["train"], manifest["counts"]["test"])
+    exp = resolve(
+        smk.params.lane,
+        smk.params.settings,
+        int(smk.wildcards.seed),
+        inputs,
+        manifest["classes"],
+        manifest["counts"]["train"],
+        manifest["counts"]["test"],
+    )
     paths = LanePaths(
-        arrays=Path(smk.input.arrays), manifest=Path(smk.input.manifest), init=Path(smk.input.init),
-        record=Path(smk.output.record), curve=Path(smk.output.curve), digits=Path(smk.output.digits),
-        model=Path(smk.output.model), failure=Path(smk.params.failure),
+        arrays=Path(smk.input.arrays),
+        manifest=Path(smk.input.manifest),
+        init=Path(smk.input.init),
+        record=Path(smk.output.record),
+        curve=Path(smk.output.curve),
+        digits=Path(smk.output.digits),
+        model=Path(smk.output.model),
+        failure=Path(smk.params.failure),
     )
     run_lane(exp, paths)

@@ -1,0 +1,113 @@
+"""One lane end to end (capture, engine, training, records) on a small slice of real MNIST."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import small_lane
+
+from gradlanes.experiment import resolve
+from gradlanes.lane import LanePaths, run_lane
+from gradlanes.models import save_initial_params
+from gradlanes.records import RecordInvalid, validate_record
+from gradlanes.train import TrainingDiverged
+
+
+def run(tmp_path, prepared_mnist, settings, name="probe", seed=0):
+    exp = resolve(name, settings, seed, 784, 10, 60000, 10000)
+    init = tmp_path / f"init-{exp.model.key}-{seed}.npz"
+    if not init.exists():
+        save_initial_params(exp.model, seed, init)
+    out = tmp_path / name / f"seed-{seed}"
+    paths = LanePaths(
+        prepared_mnist["arrays"],
+        prepared_mnist["manifest"],
+        init,
+        out / "record.json",
+        out / "curve.parquet",
+        out / "digits.txt",
+        out / "model.npz",
+        out / "failed.json",
+    )
+    return exp, paths, run_lane(exp, paths)
+
+
+def test_xla_lane_compiles_its_step_exactly_once(tmp_path, prepared_mnist):
+    exp, paths, record = run(tmp_path, prepared_mnist, small_lane(engine="xla"))
+    assert record["status"] == "ok" and record["platform"] == "cpu"
+    assert record["compiles"]["train"] == 1
+    assert exp.eval_every == exp.steps_per_epoch == 8  # mini-batch lanes evaluate once per epoch
+    assert record["dispatches"] == exp.steps + 3  # evaluations at steps 0, 8 and 12 (the end)
+    assert record["timing"]["compile_s"] > 0
+    validate_record(json.loads(paths.record.read_text()))
+    curve = pd.read_parquet(paths.curve)
+    assert (curve["kind"] == "train").sum() == exp.steps
+    assert curve.loc[curve["kind"] == "test", "step"].tolist() == [0, 8, 12]
+    assert paths.digits.read_text().count("predicted") == 6
+    assert record["accuracy"]["total"] == 200
+    assert record["accuracy"]["correct"] > 50, "12 steps should beat chance (10 %) clearly"
+
+
+def test_interpreter_lane_is_deterministic_and_compiles_nothing(tmp_path, prepared_mnist):
+    settings = small_lane(engine="interpreter")
+    _, first_paths, first = run(tmp_path, prepared_mnist, settings, name="first")
+    _, second_paths, second = run(tmp_path, prepared_mnist, settings, name="second")
+    assert first["compiles"]["train"] == 0 and first["dispatches"] == 0
+    assert first["platform"] == "numpy"
+    with np.load(first_paths.model) as a, np.load(second_paths.model) as b:
+        for key in a.files:
+            assert a[key].tobytes() == b[key].tobytes(), key
+    assert first["loss"] == second["loss"]
+
+
+def test_interpreter_and_xla_lanes_start_identically(tmp_path, prepared_mnist):
+    _, xla_paths, _ = run(tmp_path, prepared_mnist, small_lane(engine="xla"), name="xla")
+    _, host_paths, _ = run(tmp_path, prepared_mnist, small_lane(engine="interpreter"), name="host")
+    xla = pd.read_parquet(xla_paths.curve).query("kind == 'train'")["loss"].to_numpy()
+    host = pd.read_parquet(host_paths.curve).query("kind == 'train'")["loss"].to_numpy()
+    np.testing.assert_allclose(host[:5], xla[:5], rtol=1e-5)
+
+
+def test_hand_kernel_lane(tmp_path, prepared_mnist):
+    settings = small_lane(
+        engine="handkernel", model="softmax", init="zeros", optimizer="sgd", learning_rate=0.1
+    )
+    _, _, record = run(tmp_path, prepared_mnist, settings)
+    assert record["status"] == "ok" and record["ir"]["step"] is None
+    assert record["compiles"]["train"] == 0
+
+
+@pytest.mark.skipif(any(d.platform == "gpu" for d in jax.devices()), reason="this machine has a GPU")
+def test_gpu_lane_without_gpu_is_skipped_not_moved(tmp_path, prepared_mnist):
+    _, paths, record = run(tmp_path, prepared_mnist, small_lane(engine="xla", device="gpu"))
+    assert record["status"] == "skipped"
+    assert "JAX sees no GPU" in record["reason"]
+    assert record["platform"] is None and record["accuracy"]["correct"] is None
+    validate_record(json.loads(paths.record.read_text()))
+    assert pd.read_parquet(paths.curve).empty
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered")
+def test_nan_loss_fails_with_the_step_and_no_success_record(tmp_path, prepared_mnist):
+    settings = small_lane(engine="interpreter", loss="mse", optimizer="sgd", learning_rate=1e4)
+    with pytest.raises(TrainingDiverged, match=r"the loss became (nan|inf) at step \d+") as caught:
+        run(tmp_path, prepared_mnist, settings)
+    out = tmp_path / "probe" / "seed-0"
+    assert not (out / "record.json").exists()
+    failure = json.loads((out / "failed.json").read_text())
+    assert failure["status"] == "failed" and failure["loss"]["failed_step"] == caught.value.step
+    assert "learning_rate" in failure["reason"]
+
+
+def test_record_schema_rejects_a_bad_record(tmp_path, prepared_mnist):
+    _, paths, record = run(tmp_path, prepared_mnist, small_lane(steps=2, eval_every=2))
+    broken = {**record, "status": "great"}
+    with pytest.raises(RecordInvalid, match="status"):
+        validate_record(broken)
+    missing = {k: v for k, v in record.items() if k != "timing"}
+    with pytest.raises(RecordInvalid, match="timing"):
+        validate_record(missing)

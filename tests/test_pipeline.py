@@ -1,0 +1,128 @@
+"""The whole DAG on the CI subset (.test/config.yaml) through the real `snakemake`, then its records.
+
+One run per session feeds every test here: statuses, compile counts, agreement, accuracy floors
+for the slice, rerunning a single lane, and a failing agreement check failing the DAG.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import jax
+import pandas as pd
+import pytest
+import yaml
+
+from gradlanes.records import validate_record
+from workflow import REPO, output_of, run_snakemake
+
+pytestmark = pytest.mark.slow
+SUBSET = REPO / ".test" / "config.yaml"
+CONFIG = yaml.safe_load(SUBSET.read_text())
+HAS_GPU = any(d.platform == "gpu" for d in jax.devices())
+# Sane floors for the slice (1,024 training images, tens of steps), far above chance (10 %).
+SLICE_FLOORS = {
+    "xla_gpu": 70.0,
+    "xla_cpu": 70.0,
+    "host": 70.0,
+    "softmax_kernel": 65.0,
+    "softmax_xla": 65.0,
+    "mlp_stream": 55.0,
+}
+
+
+@pytest.fixture(scope="module")
+def subset_run(mirror_server, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("subset")
+    mirror = {"dataset": {"mirrors": [mirror_server.mirror("good")]}}
+    process = run_snakemake(workdir, configfile=SUBSET, overrides=mirror)
+    assert process.returncode == 0, output_of(process)
+    return workdir, mirror
+
+
+def records(workdir):
+    return {
+        lane: json.loads((workdir / f"results/runs/{lane}/seed-0/record.json").read_text())
+        for lane in CONFIG["lanes"]
+    }
+
+
+def test_every_record_is_valid_and_ok(subset_run):
+    workdir, _ = subset_run
+    for lane, record in records(workdir).items():
+        validate_record(record)
+        expected = "skipped" if lane == "xla_gpu" and not HAS_GPU else "ok"
+        assert record["status"] == expected, (lane, record["reason"])
+        assert record["environment"]["git_commit"]
+
+
+def test_compile_counts(subset_run):
+    workdir, _ = subset_run
+    for lane, record in records(workdir).items():
+        if record["status"] != "ok":
+            continue
+        if record["engine"] == "xla":
+            assert record["compiles"]["train"] == 1, lane
+            assert record["dispatches"] >= record["config"]["steps"], lane
+        else:
+            assert record["compiles"] == {"train": 0, "total": 0}, lane
+            assert record["dispatches"] == 0, lane
+
+
+def test_accuracy_above_slice_floors(subset_run):
+    workdir, _ = subset_run
+    for lane, record in records(workdir).items():
+        if record["status"] == "ok":
+            assert record["accuracy"]["percent"] >= SLICE_FLOORS[lane], lane
+
+
+def test_agreement_passes_with_measured_values(subset_run):
+    workdir, _ = subset_run
+    report = json.loads((workdir / "results/checks/agreement.json").read_text())
+    assert report["passed"] and report["counts"]["failed"] == 0
+    names = {check["name"] for check in report["checks"]}
+    assert "host_vs_xla_cpu/seed-0/step0_grad_rel" in names
+    assert "softmax_kernel_vs_xla/seed-0/accuracy_points" in names
+    assert all(isinstance(c["measured"], float) for c in report["checks"] if c["status"] == "ok")
+
+
+def test_curves_and_digits(subset_run):
+    workdir, _ = subset_run
+    curve = pd.read_parquet(workdir / "results/runs/host/seed-0/curve.parquet")
+    assert (curve["kind"] == "train").sum() == 40
+    assert curve.loc[curve["kind"] == "test", "step"].tolist() == [0, 20, 40]
+    digits = (workdir / "results/runs/host/seed-0/digits.txt").read_text()
+    assert len(re.findall(r"predicted \d, label \d", digits)) == 6
+    log = (workdir / "logs/train/host/seed-0.log").read_text()
+    assert 8 <= len(re.findall(r"^\S+ \S+ INFO gradlanes.train: +\d+ +\d\.\d+ ", log, re.M)) <= 20
+
+
+def test_rerunning_one_lane_reruns_only_that_lane(subset_run):
+    workdir, mirror = subset_run
+    before = {
+        lane: (workdir / f"results/runs/{lane}/seed-0/record.json").stat().st_mtime_ns
+        for lane in CONFIG["lanes"]
+    }
+    process = run_snakemake(workdir, "--forcerun", "train_host", configfile=SUBSET, overrides=mirror)
+    assert process.returncode == 0, output_of(process)
+    after = {
+        lane: (workdir / f"results/runs/{lane}/seed-0/record.json").stat().st_mtime_ns
+        for lane in CONFIG["lanes"]
+    }
+    assert [lane for lane in before if before[lane] != after[lane]] == ["host"]
+
+
+def test_dry_run_with_everything_done_has_nothing_to_do(subset_run):
+    workdir, mirror = subset_run
+    process = run_snakemake(workdir, "-n", configfile=SUBSET, overrides=mirror)
+    assert process.returncode == 0, output_of(process)
+    assert "Nothing to be done" in output_of(process), output_of(process)
+
+
+def test_a_failed_agreement_check_fails_the_dag(subset_run):
+    workdir, mirror = subset_run
+    strict = {**mirror, "agreement": {"host_vs_xla_cpu": {"step0_grad_rel": 0.0}}}
+    process = run_snakemake(workdir, configfile=SUBSET, overrides=strict)
+    assert process.returncode != 0
+    assert "agreement checks failed: host_vs_xla_cpu/seed-0/step0_grad_rel measured" in output_of(process)
