@@ -21,6 +21,7 @@ $(STAMP): requirements.lock pyproject.toml
 
 run: install
 	$(BIN)/snakemake --cores $(CORES) $(MIRROR_ARG)
+	$(BIN)/gradlanes readme
 
 test: install
 	$(BIN)/python -m pytest

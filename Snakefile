@@ -11,10 +11,16 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/lanes.smk"
 include: "workflow/rules/checks.smk"
+include: "workflow/rules/results.smk"
+
+
+report: "workflow/report/workflow.rst"
 
 
 rule all:
     input:
         all_lane_records(),
         "results/checks/agreement.json",
+        "results/summary.md",
+        expand("results/figures/{figure}.png", figure=FIGURES),
     default_target: True

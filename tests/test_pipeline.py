@@ -126,3 +126,34 @@ def test_a_failed_agreement_check_fails_the_dag(subset_run):
     process = run_snakemake(workdir, configfile=SUBSET, overrides=strict)
     assert process.returncode != 0
     assert "agreement checks failed: host_vs_xla_cpu/seed-0/step0_grad_rel measured" in output_of(process)
+
+
+def test_summary_figures_and_report(subset_run):
+    workdir, mirror = subset_run
+    summary = (workdir / "results/summary.md").read_text()
+    assert "| `host` | interpreter |" in summary and "Published anchors" in summary
+    assert re.search(r"\d[\d,]* / 1,000 = \d+\.\d\d %", summary)
+    for figure in ("loss_curves", "accuracy_per_epoch", "digits", "cost_accuracy"):
+        assert (workdir / f"results/figures/{figure}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    process = run_snakemake(workdir, "--report", "results/report.html", configfile=SUBSET, overrides=mirror)
+    assert process.returncode == 0, output_of(process)
+    assert (workdir / "results/report.html").stat().st_size > 10_000
+
+
+def test_predict_a_drawn_digit_with_a_trained_lane(subset_run, tmp_path, capsys):
+    from PIL import Image, ImageDraw
+
+    from gradlanes.cli import main
+
+    workdir, _ = subset_run
+    (workdir / "config.yaml").write_text(SUBSET.read_text())
+    drawing = Image.new("RGB", (120, 200), "white")
+    ImageDraw.Draw(drawing).line([(60, 20), (60, 180)], fill="black", width=14)  # a "1"
+    drawing.save(tmp_path / "one.png")
+    assert (
+        main(["--project", str(workdir), "predict", str(tmp_path / "one.png"), "--lane", "mlp_stream"]) == 0
+    )
+    out = capsys.readouterr().out
+    scores = [float(line.split()[1]) for line in out.splitlines() if re.match(r"  \d: ", line)]
+    assert len(scores) == 10 and sum(scores) == pytest.approx(1, abs=1e-3)
+    assert "1:" in next(line for line in out.splitlines() if "<- predicted" in line)

@@ -98,6 +98,22 @@ def check_pair(
     """All configured checks of one pair for one seed; `outputs(lane)` gives a lane's files."""
     prefix = f"{name}/seed-{reference.seed}"
     ref_out, cand_out = outputs(reference.lane), outputs(candidate.lane)
+    entries = _check_pair(prefix, bounds, reference, candidate, ref_out, cand_out, params, data)
+    for entry in entries:
+        entry.update(check=name, seed=reference.seed, lanes=[reference.lane, candidate.lane])
+    return entries
+
+
+def _check_pair(
+    prefix: str,
+    bounds: dict,
+    reference: Experiment,
+    candidate: Experiment,
+    ref_out: dict,
+    cand_out: dict,
+    params: dict,
+    data: Dataset,
+) -> list[dict]:
     ref_rec = json.loads(Path(ref_out["record"]).read_text())
     cand_rec = json.loads(Path(cand_out["record"]).read_text())
     skipped = next(

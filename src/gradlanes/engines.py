@@ -19,6 +19,7 @@ import numpy as np
 
 from gradlanes import handkernel
 from gradlanes.capture import CapturedProgram
+from gradlanes.environment import cpu_model
 from gradlanes.interpreter import Interpreter
 from gradlanes.jaxcompat import ClosedJaxpr, jaxpr_as_fun
 
@@ -106,7 +107,7 @@ class InterpreterEngine:
 
     def __init__(self, program: CapturedProgram):
         self.program = program
-        self.device_kind = f"host CPU (NumPy {np.__version__})"
+        self.device_kind = cpu_model()
         self.dispatches = 0
         # Building the interpreters walks every program and rejects unsupported primitives now.
         self._step = Interpreter(program.step, "step program")
@@ -150,7 +151,7 @@ class HandKernelEngine:
 
     def __init__(self, learning_rate: float):
         self.learning_rate = learning_rate
-        self.device_kind = f"host CPU (NumPy {np.__version__})"
+        self.device_kind = cpu_model()
         self.dispatches = 0
         self._params: dict[str, np.ndarray] = {}
 

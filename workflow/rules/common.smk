@@ -87,3 +87,23 @@ def agreement_inputs(wildcards):
                 files[f"{lane}/{seed}/{kind}"] = path
             files[f"{lane}/{seed}/init"] = init_weights_path(lane).format(seed=seed)
     return files
+
+
+# ---- results ---------------------------------------------------------------------------------
+FIGURES = ["loss_curves", "accuracy_per_epoch", "digits", "cost_accuracy"]
+
+
+def minibatch_lanes():
+    return [lane for lane, s in config["lanes"].items() if s["batch_size"] != "full"]
+
+
+def figure_inputs(wildcards):
+    first_seed = SEEDS[0]
+    files = {"arrays": dataset_arrays(), "summary": "results/summary.parquet"}
+    for lane in LANES:
+        for seed in SEEDS:
+            outputs = lane_outputs(lane, seed)
+            files[f"{lane}/{seed}/record"] = outputs["record"]
+            files[f"{lane}/{seed}/curve"] = outputs["curve"]
+        files[f"{lane}/model"] = lane_outputs(lane, first_seed)["model"]
+    return files

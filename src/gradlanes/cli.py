@@ -1,0 +1,241 @@
+"""`gradlanes`: read the committed results from a terminal, and classify a digit you drew.
+
+gradlanes table                          the committed summary as an aligned table
+gradlanes digits <lane> [--seed S]       a lane's ASCII digits with verdicts
+gradlanes predict <image> --lane L [--seed S]   the ten class probabilities for a drawing
+gradlanes readme                         refresh README.md's results block from the summary
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from gradlanes.environment import REPO
+
+
+class CliError(Exception):
+    pass
+
+
+def _project(root: str | None) -> Path:
+    return Path(root) if root else (Path.cwd() if (Path.cwd() / "config.yaml").is_file() else REPO)
+
+
+def _config(root: Path) -> dict:
+    path = root / "config.yaml"
+    if not path.is_file():
+        raise CliError(f"{path} not found; run gradlanes from the project folder or pass --project")
+    return yaml.safe_load(path.read_text())
+
+
+def _lane_settings(config: dict, lane: str) -> dict:
+    if lane not in config["lanes"]:
+        raise CliError(f"no lane {lane!r} in config.yaml; lanes: {', '.join(config['lanes'])}")
+    return config["lanes"][lane]
+
+
+def table(args) -> str:
+    import pandas as pd
+
+    root = _project(args.project)
+    path = root / "results" / "summary.parquet"
+    if not path.is_file():
+        raise CliError(f"{path} not found; run `snakemake --cores all results/summary.md` first")
+    frame = pd.read_parquet(path)
+    rows = [
+        [
+            "lane",
+            "engine",
+            "ran on",
+            "steps",
+            "batch",
+            "ms/step",
+            "images/s",
+            "compiles",
+            "test accuracy",
+            "95 % CI",
+            "agreement",
+        ]
+    ]
+    for row in frame.itertuples():
+        if row.status != "ok":
+            rows.append(
+                [
+                    row.lane,
+                    row.engine,
+                    f"{row.device_requested} ({row.status})",
+                    f"{row.steps:,}",
+                    str(row.batch),
+                    "—",
+                    "—",
+                    "—",
+                    "—",
+                    "—",
+                    row.agreement,
+                ]
+            )
+            continue
+        ci = (
+            "—"
+            if math.isnan(row.accuracy_ci_low)
+            else f"{row.accuracy_ci_low:.2f}–{row.accuracy_ci_high:.2f}"
+        )
+        rows.append(
+            [
+                row.lane,
+                row.engine,
+                row.platform,
+                f"{row.steps:,}",
+                str(row.batch),
+                f"{row.step_ms_mean:.3f}",
+                f"{row.images_per_s_mean:,.0f}",
+                str(int(row.compiles_train)),
+                f"{row.correct:,}/{row.tested:,} = {100 * row.correct / row.tested:.2f} %",
+                ci,
+                row.agreement,
+            ]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    numeric = {3, 5, 6, 7}
+    lines = []
+    for index, row in enumerate(rows):
+        cells = [
+            cell.rjust(w) if i in numeric and index else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(row, widths))
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if index == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    seeds = int(frame.loc[frame["status"] == "ok", "seeds"].max())
+    lines.append(
+        f"\n{seeds} seed(s) per lane; ms/step is the mean of per-seed medians; compiles during training."
+    )
+    return "\n".join(lines)
+
+
+def digits(args) -> str:
+    root = _project(args.project)
+    _lane_settings(_config(root), args.lane)
+    path = root / "results" / "runs" / args.lane / f"seed-{args.seed}" / "digits.txt"
+    if not path.is_file():
+        raise CliError(f"{path} not found; run `snakemake --cores all --until train_{args.lane}` first")
+    return path.read_text().rstrip()
+
+
+def predict(args) -> str:
+    from gradlanes.capture import capture
+    from gradlanes.digits import ascii_digit
+    from gradlanes.drawn import load_greyscale, mnist_style
+    from gradlanes.experiment import resolve
+    from gradlanes.interpreter import Interpreter
+
+    root = _project(args.project)
+    config = _config(root)
+    settings = _lane_settings(config, args.lane)
+    model_path = root / "resources" / "models" / args.lane / f"seed-{args.seed}.npz"
+    if not model_path.is_file():
+        raise CliError(
+            f"no trained weights for lane {args.lane!r} seed {args.seed} ({model_path}); "
+            f"run `snakemake --cores all --until train_{args.lane}` first"
+        )
+    with np.load(model_path) as stored:
+        if str(stored["status"]) != "ok":
+            raise CliError(
+                f"lane {args.lane!r} seed {args.seed} did not train here (status {stored['status']})"
+            )
+        params = {k.removeprefix("param/"): stored[k] for k in stored.files if k.startswith("param/")}
+    pixels = mnist_style(load_greyscale(args.image))
+    # The forward program for one image: same model, loss and weights, batch of one.
+    single = {k: v for k, v in settings.items() if k != "epochs"} | {"batch_size": 1, "steps": 1}
+    classes = int(config["dataset"].get("classes", 10))
+    exp = resolve(args.lane, single, args.seed, pixels.size, classes, 60000, 10000)
+    program = capture(exp, eval_batch=1)
+    images = (pixels.reshape(1, -1) / np.float32(255)).astype(np.float32)
+    (logits,) = Interpreter(program.forward, "forward program")(*program.flatten_params(params), images)
+    logits = logits[0].astype(np.float64)
+    if exp.loss == "xent":
+        scores = np.exp(logits - logits.max())
+        title = "probabilities (softmax of the logits)"
+    else:  # an MSE-trained model regresses one-hot targets; its outputs are not logits
+        scores = np.clip(logits, 0, None) + 1e-12
+        title = "scores (outputs regressing one-hot targets, clipped at 0 and normalised)"
+    scores /= scores.sum()
+    lines = [
+        f"{args.image} as the lane sees it (28x28, MNIST-centred):",
+        *ascii_digit(pixels),
+        "",
+        f"lane {args.lane}, seed {args.seed}: {title}",
+    ]
+    best = int(np.argmax(scores))
+    lines += [
+        f"  {digit}: {score:7.4f} {'#' * int(round(40 * score))}{'   <- predicted' if digit == best else ''}"
+        for digit, score in enumerate(scores)
+    ]
+    return "\n".join(lines)
+
+
+README_START = "<!-- results:start (gradlanes readme writes this block from results/summary.md) -->"
+README_END = "<!-- results:end -->"
+
+
+def readme_block(root: Path) -> str:
+    summary = root / "results" / "summary.md"
+    if not summary.is_file():
+        raise CliError(f"{summary} not found; run `snakemake --cores all` first")
+    body = summary.read_text().split("\n", 1)[1].strip().replace("\n## ", "\n### ")
+    figure = "![Cost and accuracy per lane](results/figures/cost_accuracy.png)"
+    return f"{README_START}\n{body}\n\n{figure}\n{README_END}"
+
+
+def readme(args) -> str:
+    """Refresh the results block of README.md from the committed summary."""
+    root = _project(args.project)
+    path = root / "README.md"
+    text = path.read_text()
+    if README_START not in text or README_END not in text:
+        raise CliError(f"{path} has no results block ({README_START} ... {README_END})")
+    head, rest = text.split(README_START, 1)
+    tail = rest.split(README_END, 1)[1]
+    from gradlanes.atomic import write_text
+
+    write_text(path, head + readme_block(root) + tail)
+    return f"refreshed the results block of {path}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gradlanes", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--project", help="the gradlanes folder (default: here if it holds config.yaml)")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("table", help="print the committed summary table").set_defaults(run=table)
+    show = commands.add_parser("digits", help="print a lane's ASCII digits with verdicts")
+    show.add_argument("lane")
+    show.add_argument("--seed", type=int, default=0)
+    show.set_defaults(run=digits)
+    guess = commands.add_parser("predict", help="classify a digit image with a lane's trained weights")
+    guess.add_argument("image")
+    guess.add_argument("--lane", required=True)
+    guess.add_argument("--seed", type=int, default=0)
+    guess.set_defaults(run=predict)
+    commands.add_parser(
+        "readme", help="refresh README.md's results block from results/summary.md"
+    ).set_defaults(run=readme)
+    args = parser.parse_args(argv)
+    try:
+        print(args.run(args))
+    except CliError as error:
+        print(f"gradlanes: {error}", file=sys.stderr)
+        return 2
+    except ValueError as error:  # ImageUnreadable and config errors carry their own explanation
+        print(f"gradlanes: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,163 @@
+"""The committed figures: loss curves, accuracy per epoch, a digit grid, and cost/accuracy bars.
+
+Each function takes already-loaded data and writes one PNG atomically; the `figures` rule feeds
+them from the records, curves and trained models.
+"""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+import matplotlib.ticker
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from gradlanes.atomic import atomic_path  # noqa: E402
+
+STYLE = {
+    "xla_gpu": ("#7b3294", "-"),
+    "xla_cpu": ("#1f77b4", "-"),
+    "host": ("#ff7f0e", "--"),
+    "softmax_kernel": ("#2ca02c", "-"),
+    "softmax_xla": ("#d62728", "--"),
+    "mlp_stream": ("#8c564b", "-"),
+}
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
+
+
+def style(lane: str, index: int) -> tuple[str, str]:
+    return STYLE.get(lane, (PALETTE[index % len(PALETTE)], "-"))
+
+
+def _save(fig, path) -> None:
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=130, bbox_inches="tight")
+    plt.close(fig)
+
+
+def loss_curves(curves: dict[str, pd.DataFrame], steps_per_epoch: dict[str, int], path) -> None:
+    """Training loss per step, every lane on one log-log chart; noisy mini-batch losses smoothed."""
+    fig, ax = plt.subplots(figsize=(9, 5.2))
+    for index, (lane, curve) in enumerate(curves.items()):
+        train = curve.loc[curve["kind"] == "train"].sort_values("step")
+        loss = train["loss"].to_numpy()
+        label = lane
+        window = max(1, steps_per_epoch.get(lane, 1) // 10)
+        if steps_per_epoch.get(lane, 1) > 1 and window > 1:
+            loss = pd.Series(loss).rolling(window, min_periods=1).mean().to_numpy()
+            label += f" (running mean of {window} steps)"
+        color, dash = style(lane, index)
+        ax.plot(train["step"], loss, dash, color=color, label=label, linewidth=1.6 if dash == "-" else 2.2)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("training loss (MSE or cross-entropy, log scale)")
+    ax.set_title("Training loss per step, seed 0: lanes that run the same program overlap")
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(fontsize=8, loc="lower left")
+    _save(fig, path)
+
+
+def accuracy_per_epoch(curves: dict[str, list[pd.DataFrame]], path) -> None:
+    """Test accuracy after each epoch of the mini-batch lanes: mean over seeds, min-max band."""
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    for index, (lane, per_seed) in enumerate(curves.items()):
+        tests = [c.loc[(c["kind"] == "test") & (c["step"] > 0)].sort_values("step") for c in per_seed]
+        epochs = tests[0]["epoch"].to_numpy()
+        accuracy = np.vstack([100 * t["test_accuracy"].to_numpy() for t in tests])
+        color, dash = style(lane, index)
+        ax.plot(
+            epochs,
+            accuracy.mean(0),
+            dash,
+            marker="o",
+            markersize=3,
+            color=color,
+            label=f"{lane} (mean of {len(per_seed)} seeds)",
+        )
+        ax.fill_between(epochs, accuracy.min(0), accuracy.max(0), color=color, alpha=0.15)
+    ax.set_xlabel("epoch")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title("Test accuracy per epoch, mini-batch lanes (band: min to max over seeds)")
+    ax.grid(True, alpha=0.25)
+    ax.legend(fontsize=8, loc="lower right")
+    _save(fig, path)
+
+
+def digit_grid(
+    pixels: np.ndarray, labels: np.ndarray, predictions: dict[str, np.ndarray], path, columns: int = 12
+) -> None:
+    """Rows are lanes, columns test digits: the first digits, then ones some lane got wrong."""
+    lanes = list(predictions)
+    wrong_any = np.flatnonzero(np.any([predictions[lane] != labels for lane in lanes], axis=0))
+    first = list(range(columns // 2))
+    picked = first + [int(i) for i in wrong_any if i not in first][: columns - len(first)]
+    fig, axes = plt.subplots(
+        len(lanes), len(picked), figsize=(1.05 * len(picked) + 1.6, 1.2 * len(lanes) + 0.8), squeeze=False
+    )
+    for row, lane in enumerate(lanes):
+        for col, index in enumerate(picked):
+            ax = axes[row][col]
+            ax.imshow(pixels[index], cmap="gray_r", vmin=0, vmax=255)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            predicted = int(predictions[lane][index])
+            correct = predicted == labels[index]
+            ax.set_title(
+                f"{predicted}" if correct else f"{predicted} ✗",
+                fontsize=9,
+                color="black" if correct else "#d62728",
+                pad=2,
+            )
+            for spine in ax.spines.values():
+                spine.set_edgecolor("#cccccc" if correct else "#d62728")
+                spine.set_linewidth(1 if correct else 2.5)
+            if col == 0:
+                ax.set_ylabel(lane, rotation=0, ha="right", va="center", fontsize=9)
+            if row == len(lanes) - 1:
+                ax.set_xlabel(f"#{index}\nlabel {labels[index]}", fontsize=8)
+    fig.suptitle(
+        "Test digits and each lane's prediction (seed 0; red ✗ = wrong). "
+        "Left: the first test digits; right: digits some lane got wrong",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def cost_and_accuracy(summary: pd.DataFrame, path) -> None:
+    """ms/step (log scale) and test accuracy per lane, mean over seeds with 95 % CI whiskers."""
+    ok = summary.loc[summary["status"] == "ok"].reset_index(drop=True)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.6))
+    positions = np.arange(len(ok))
+    colors = [style(lane, i)[0] for i, lane in enumerate(ok["lane"])]
+    for ax, key, label in (
+        (left, "step_ms", "median ms per training step (log scale)"),
+        (right, "accuracy", "test accuracy (%)"),
+    ):
+        mean = ok[f"{key}_mean"].to_numpy()
+        low = ok[f"{key}_ci_low"].to_numpy()
+        high = ok[f"{key}_ci_high"].to_numpy()
+        errors = np.vstack([np.where(np.isnan(low), 0, mean - low), np.where(np.isnan(high), 0, high - mean)])
+        ax.bar(positions, mean, color=colors, yerr=errors, capsize=4, edgecolor="black", linewidth=0.5)
+        ax.set_xticks(positions, ok["lane"], rotation=30, ha="right")
+        ax.set_ylabel(label)
+        ax.grid(True, axis="y", alpha=0.25)
+        tops = np.where(np.isnan(high), mean, high)  # label above the whisker, not on it
+        for x, value, top in zip(positions, mean, tops, strict=True):
+            text = f"{value:.3g}" if key == "step_ms" else f"{value:.2f}"
+            ax.annotate(text, (x, top), textcoords="offset points", xytext=(0, 4), ha="center", fontsize=8)
+    left.set_yscale("log")
+    low_acc = np.nanmin(ok["accuracy_ci_low"].fillna(ok["accuracy_mean"]))
+    right.set_ylim(math.floor(low_acc) - 2, 100)
+    seeds = int(ok["seeds"].max()) if len(ok) else 0
+    fig.suptitle(
+        f"Cost and accuracy per lane (mean of {seeds} seeds, whiskers: 95 % Student-t CI)", fontsize=11
+    )
+    fig.tight_layout()
+    _save(fig, path)

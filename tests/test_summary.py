@@ -1,0 +1,84 @@
+"""Summary statistics and formatting, and the reader's command line on the committed results."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw
+
+from gradlanes.cli import main
+from gradlanes.drawn import ImageUnreadable, mnist_style
+from gradlanes.summary import accuracy_text, agreement_verdicts, mean_ci
+from workflow import REPO
+
+
+def test_mean_ci_is_student_t():
+    mean, low, high = mean_ci([93.0, 94.0, 95.0])
+    assert mean == 94.0
+    # t(0.975, 2) = 4.3027, sd = 1, n = 3
+    assert high - mean == pytest.approx(4.302653 / math.sqrt(3), rel=1e-5)
+    assert mean - low == pytest.approx(high - mean)
+    assert math.isnan(mean_ci([1.0])[1])
+    assert math.isnan(mean_ci([])[0])
+
+
+def test_accuracy_text_format():
+    assert accuracy_text(9373, 10000) == "9,373 / 10,000 = 93.73 %"
+
+
+def test_agreement_verdicts():
+    checks = [
+        {"lanes": ["a", "b"], "status": "ok"},
+        {"lanes": ["a", "b"], "status": "failed"},
+        {"lanes": ["c", "d"], "status": "skipped"},
+        {"lanes": ["e", "f"], "status": "ok"},
+    ]
+    verdicts = agreement_verdicts({"checks": checks})
+    assert verdicts["a"] == "FAILED 1/2" and verdicts["c"] == "skipped" and verdicts["f"] == "passed 1/1"
+
+
+def test_committed_table_and_digits_print(capsys):
+    assert main(["--project", str(REPO), "table"]) == 0
+    table = capsys.readouterr().out
+    for lane in ("xla_cpu", "host", "softmax_kernel", "mlp_stream"):
+        assert lane in table
+    assert main(["--project", str(REPO), "digits", "host"]) == 0
+    assert capsys.readouterr().out.count("predicted") == 6
+
+
+def test_cli_errors_are_clear(capsys, tmp_path):
+    assert main(["--project", str(REPO), "digits", "nope"]) == 2
+    assert "no lane 'nope' in config.yaml; lanes: xla_gpu" in capsys.readouterr().err
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "config.yaml").write_text((REPO / "config.yaml").read_text())
+    assert main(["--project", str(project), "predict", "x.png", "--lane", "host"]) == 2
+    assert "run `snakemake --cores all --until train_host` first" in capsys.readouterr().err
+    assert main(["--project", str(project), "table"]) == 2
+    assert "summary.parquet not found" in capsys.readouterr().err
+
+
+def test_drawn_digit_is_centred_like_mnist():
+    image = Image.new("L", (300, 500), 255)  # dark ink on a light page, off-centre
+    ImageDraw.Draw(image).line([(40, 60), (60, 300)], fill=0, width=18)
+    pixels = mnist_style(np.asarray(image, np.float32))
+    assert pixels.shape == (28, 28) and pixels.dtype == np.uint8
+    rows = np.flatnonzero(pixels.max(axis=1) > 25)
+    assert 19 <= rows[-1] - rows[0] + 1 <= 21  # the long side fills the 20-pixel box
+    ys, xs = np.indices(pixels.shape)
+    total = pixels.sum()
+    assert abs((ys * pixels).sum() / total - 13.5) <= 1 and abs((xs * pixels).sum() / total - 13.5) <= 1
+    assert pixels[0].max() == 0  # background is black, like MNIST
+
+
+def test_blank_drawing_is_refused():
+    with pytest.raises(ImageUnreadable, match="no visible strokes"):
+        mnist_style(np.full((50, 50), 255, np.float32))
+
+
+def test_readme_shows_the_current_summary():
+    from gradlanes.cli import readme_block
+
+    assert readme_block(REPO) in (REPO / "README.md").read_text(), "run `gradlanes readme` after the pipeline"

@@ -1,0 +1,38 @@
+"""Snakemake glue for rule figures; the drawing lives in gradlanes.figures."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gradlanes import figures
+from gradlanes.joblog import job_logging
+
+smk = snakemake  # noqa: F821 - injected by Snakemake
+
+with job_logging(smk.log[0]) as log:
+    lanes, seeds = smk.params.lanes, smk.params.seeds
+    records = {lane: json.loads(Path(smk.input[f"{lane}/{seeds[0]}/record"]).read_text()) for lane in lanes}
+    ok = [lane for lane in lanes if records[lane]["status"] == "ok"]
+    curves = {lane: [pd.read_parquet(smk.input[f"{lane}/{seed}/curve"]) for seed in seeds] for lane in ok}
+    figures.loss_curves(
+        {lane: curves[lane][0] for lane in ok},
+        {lane: records[lane]["config"]["steps_per_epoch"] for lane in ok},
+        smk.output.loss_curves,
+    )
+    figures.accuracy_per_epoch(
+        {lane: curves[lane] for lane in ok if lane in smk.params.minibatch}, smk.output.accuracy_per_epoch
+    )
+    predictions = {}
+    for lane in ok:
+        with np.load(smk.input[f"{lane}/model"]) as model:
+            predictions[lane] = model["predictions"]
+    tested = min(len(p) for p in predictions.values())
+    with np.load(smk.input.arrays) as arrays:
+        pixels, labels = arrays["test_images"][:tested], arrays["test_labels"][:tested]
+    figures.digit_grid(
+        pixels, labels, {lane: p[:tested] for lane, p in predictions.items()}, smk.output.digits
+    )
+    figures.cost_and_accuracy(pd.read_parquet(smk.input.summary), smk.output.cost_accuracy)
+    log.info("drew %d figures for lanes %s", 4, ", ".join(ok))

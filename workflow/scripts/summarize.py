@@ -1,0 +1,21 @@
+"""Snakemake glue for rule summarize; the logic lives in gradlanes.summary."""
+
+import json
+from pathlib import Path
+
+from gradlanes.atomic import atomic_path, write_text
+from gradlanes.joblog import job_logging
+from gradlanes.summary import agreement_verdicts, lane_rows, load_records, markdown
+
+smk = snakemake  # noqa: F821 - injected by Snakemake
+
+with job_logging(smk.log[0]) as log:
+    records = load_records(smk.input.records)
+    report = json.loads(Path(smk.input.agreement).read_text())
+    frame = lane_rows(records, agreement_verdicts(report))
+    with atomic_path(smk.output.parquet) as tmp:
+        frame.to_parquet(tmp, index=False)
+    with atomic_path(smk.output.csv) as tmp:
+        frame.to_csv(tmp, index=False)
+    write_text(smk.output.markdown, markdown(frame))
+    log.info("summarized %d records of %d lanes", len(records), len(frame))
