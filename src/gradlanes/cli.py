@@ -107,7 +107,7 @@ def table(args) -> str:
     for index, row in enumerate(rows):
         cells = [
             cell.rjust(w) if i in numeric and index else cell.ljust(w)
-            for i, (cell, w) in enumerate(zip(row, widths))
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
         ]
         lines.append("  ".join(cells).rstrip())
         if index == 0:
