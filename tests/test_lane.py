@@ -111,3 +111,23 @@ def test_record_schema_rejects_a_bad_record(tmp_path, prepared_mnist):
     missing = {k: v for k, v in record.items() if k != "timing"}
     with pytest.raises(RecordInvalid, match="timing"):
         validate_record(missing)
+
+
+@pytest.mark.parametrize("batch_size", [64, "full"])
+def test_fused_steps_compile_once_and_train_like_single_steps(tmp_path, prepared_mnist, batch_size):
+    settings = small_lane(engine="xla", batch_size=batch_size, train_images=256, steps=12, eval_every=4)
+    single_exp, single_paths, single = run(tmp_path, prepared_mnist, settings, name="single")
+    fused_exp, fused_paths, fused = run(tmp_path, prepared_mnist, {**settings, "fuse_steps": 4}, name="fused")
+    assert fused["compiles"]["train"] == 1
+    evals = len(pd.read_parquet(fused_paths.curve).query("kind == 'test'"))
+    assert fused["dispatches"] == 12 // 4 + evals
+    assert fused["ir"]["fused"]["total"] > fused["ir"]["step"]["total"]
+    assert fused["config"]["fuse_steps"] == 4
+    single_losses = pd.read_parquet(single_paths.curve).query("kind == 'train'")["loss"].to_numpy()
+    fused_losses = pd.read_parquet(fused_paths.curve).query("kind == 'train'")["loss"].to_numpy()
+    np.testing.assert_allclose(fused_losses, single_losses, rtol=1e-5)
+
+
+def test_fuse_steps_must_divide_the_run():
+    with pytest.raises(ValueError, match="not a multiple of fuse_steps 5"):
+        resolve("probe", small_lane(steps=12, fuse_steps=5), 0, 784, 10, 60000, 10000)

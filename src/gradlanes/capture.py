@@ -43,6 +43,10 @@ class CapturedProgram:
     gradient: ClosedJaxpr  # (*param leaves, images[B, D], labels[B]) -> (loss, *grad leaves)
     init_state: ClosedJaxpr  # (*param leaves) -> *optimizer-state leaves
     step: ClosedJaxpr  # (*params, *state, images[B, D], labels[B]) -> (*params, *state, loss)
+    # K steps in one program (lax.scan of the step), or None when fuse_steps is 1:
+    # streamed: (*params, *state, images[K, B, D], labels[K, B]) -> (*params, *state, losses[K]);
+    # full batch: (*params, *state, images[B, D], labels[B]) -> the same, one batch for all K.
+    fused: ClosedJaxpr | None
     params_tree: Any
     state_tree: Any
     eval_batch: int
@@ -82,13 +86,23 @@ def _programs(exp: Experiment):
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return jax.tree_util.tree_map(jnp.add, params, updates), opt_state, loss
 
-    return logits_of, gradient, optimizer.init, train_step
+    def fused_steps(params, opt_state, images, labels):
+        def body(carry, batch):
+            params, opt_state = carry
+            params, opt_state, loss = train_step(params, opt_state, *(batch or (images, labels)))
+            return (params, opt_state), loss
+
+        streamed = None if exp.full_batch else (images, labels)
+        (params, opt_state), losses = jax.lax.scan(body, (params, opt_state), streamed, length=exp.fuse_steps)
+        return params, opt_state, losses
+
+    return logits_of, gradient, optimizer.init, train_step, fused_steps
 
 
 def capture(exp: Experiment, eval_batch: int | None = None) -> CapturedProgram:
     """Trace the experiment's programs with `jax.make_jaxpr`; nothing is compiled."""
     eval_batch = eval_batch or exp.test_images
-    logits_of, gradient, init_state, train_step = _programs(exp)
+    logits_of, gradient, init_state, train_step, fused_steps = _programs(exp)
     params = {name: jax.ShapeDtypeStruct(shape, jnp.float32) for name, shape in exp.model.shapes().items()}
     images = jax.ShapeDtypeStruct((exp.batch_size, exp.model.inputs), jnp.float32)
     labels = jax.ShapeDtypeStruct((exp.batch_size,), jnp.int32)
@@ -100,8 +114,19 @@ def capture(exp: Experiment, eval_batch: int | None = None) -> CapturedProgram:
         "gradient": jax.make_jaxpr(gradient)(params, images, labels),
         "init_state": jax.make_jaxpr(init_state)(params),
         "step": jax.make_jaxpr(train_step)(params, state_shape, images, labels),
+        "fused": None,
     }
+    if exp.fuse_steps > 1:
+        block = (exp.fuse_steps,) if not exp.full_batch else ()
+        programs["fused"] = jax.make_jaxpr(fused_steps)(
+            params,
+            state_shape,
+            jax.ShapeDtypeStruct(block + images.shape, images.dtype),
+            jax.ShapeDtypeStruct(block + labels.shape, labels.dtype),
+        )
     for name, program in programs.items():
+        if program is None:
+            continue
         baked = [np.shape(c) for c in program.consts if np.size(c) > 1]
         if baked:  # an array constant would mean data leaked into the program
             raise AssertionError(f"captured {name} program baked in array constants {baked}")
@@ -111,8 +136,12 @@ def capture(exp: Experiment, eval_batch: int | None = None) -> CapturedProgram:
         eval_batch=eval_batch,
         **programs,
     )
-    for name in ("forward", "gradient", "step"):
+    for name in ("forward", "gradient", "step", "fused"):
+        if getattr(program, name) is None:
+            continue
         jaxpr = getattr(program, name).jaxpr
         program.ir[name] = {"top": len(jaxpr.eqns), "total": count_equations(jaxpr)}
-    program.primitives = sorted(set().union(*(primitives_of(p.jaxpr) for p in programs.values())))
+    program.primitives = sorted(
+        set().union(*(primitives_of(p.jaxpr) for p in programs.values() if p is not None))
+    )
     return program

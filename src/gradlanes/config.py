@@ -132,6 +132,8 @@ def semantic_errors(config: Mapping) -> list[str]:
                 )
         if lane.get("engine") != "xla" and lane.get("device", "cpu") != "cpu":
             problems.append(f"'lanes.{name}.device' is only meaningful for engine 'xla'")
+        if lane.get("engine") != "xla" and lane.get("fuse_steps", 1) != 1:
+            problems.append(f"'lanes.{name}.fuse_steps' needs engine 'xla' (it compiles a scan of steps)")
         batch, train = lane.get("batch_size"), lane.get("train_images", "all")
         if isinstance(batch, int) and isinstance(train, int) and batch > train:
             problems.append(f"'lanes.{name}.batch_size' is {batch}, larger than train_images {train}")

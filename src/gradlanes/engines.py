@@ -69,18 +69,20 @@ class XlaEngine:
         self._carry = leaves + list(state)
 
     def compile_step(self) -> None:
-        """The one compilation of the training step; weights and state buffers are donated."""
+        """The one compilation of the training step (or of K fused steps); carry buffers are donated."""
         carried = self.program.n_params + self.program.n_state
-        self._step = self._compile(self.program.step, donate=tuple(range(carried)))
+        program = self.program.fused if self.program.fused is not None else self.program.step
+        self._step = self._compile(program, donate=tuple(range(carried)))
 
     def stage(self, images: np.ndarray, labels: np.ndarray) -> tuple[jax.Array, jax.Array]:
         return jax.device_put(images, self.device), jax.device_put(labels, self.device)
 
-    def step(self, batch) -> float:
+    def step(self, batch) -> list[float]:
+        """One dispatch: one step, or K fused steps; returns the loss of each step."""
         *carry, loss = self._step(*self._carry, *batch)
         self._carry = carry
         self.dispatches += 1
-        return float(loss)
+        return np.atleast_1d(np.asarray(loss)).tolist()
 
     def logits(self, images) -> np.ndarray:
         self.dispatches += 1
@@ -126,10 +128,10 @@ class InterpreterEngine:
     def stage(self, images: np.ndarray, labels: np.ndarray):
         return images, labels
 
-    def step(self, batch) -> float:
+    def step(self, batch) -> list[float]:
         *carry, loss = self._step(*self._carry, *batch)
         self._carry = carry
-        return float(loss)
+        return [float(loss)]
 
     def logits(self, images) -> np.ndarray:
         (logits,) = self._forward(*self._carry[: self.program.n_params], images)
@@ -164,9 +166,9 @@ class HandKernelEngine:
     def stage(self, images: np.ndarray, labels: np.ndarray):
         return images, labels
 
-    def step(self, batch) -> float:
+    def step(self, batch) -> list[float]:
         self._params, loss = handkernel.sgd_step(self._params, *batch, self.learning_rate)
-        return float(loss)
+        return [float(loss)]
 
     def logits(self, images) -> np.ndarray:
         return handkernel.linear_forward(images, self._params["w"], self._params["b"])

@@ -31,6 +31,7 @@ class Experiment:
     steps_per_epoch: int
     eval_every: int
     log_rows: int
+    fuse_steps: int = 1
 
     @property
     def epochs(self) -> float:
@@ -55,6 +56,7 @@ class Experiment:
             "train_images": self.train_images,
             "test_images": self.test_images,
             "eval_every": self.eval_every,
+            "fuse_steps": self.fuse_steps,
         }
 
     def as_dict(self) -> dict[str, Any]:
@@ -84,6 +86,12 @@ def resolve(
         )
     steps_per_epoch = train_images // batch_size  # the last partial batch is dropped: one shape
     steps = int(settings["steps"]) if "steps" in settings else int(settings["epochs"]) * steps_per_epoch
+    fuse_steps = int(settings.get("fuse_steps", 1))
+    if steps % fuse_steps:
+        raise ValueError(
+            f"lane {lane!r} runs {steps} steps, not a multiple of fuse_steps {fuse_steps}; "
+            "one compiled program must cover every dispatch"
+        )
     model = ModelSpec(
         name=settings["model"],
         inputs=inputs,
@@ -109,4 +117,5 @@ def resolve(
         steps_per_epoch=steps_per_epoch,
         eval_every=steps_per_epoch if not full_batch else int(settings.get("eval_every", 50)),
         log_rows=int(settings.get("log_rows", 12)),
+        fuse_steps=fuse_steps,
     )

@@ -24,7 +24,7 @@ from gradlanes.digits import render
 from gradlanes.engines import DeviceUnavailable, make_engine
 from gradlanes.environment import usable_cores
 from gradlanes.experiment import Experiment
-from gradlanes.records import base_record, curve_frame, fill_from_run, write_outputs
+from gradlanes.records import base_record, curve_frame, fill_from_run, ir_sizes, write_outputs
 from gradlanes.train import TrainingDiverged, train
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def run_lane(exp: Experiment, paths: LanePaths) -> dict:
         log.warning("lane %s skipped: %s", exp.lane, unavailable)
         record.update(status="skipped", reason=str(unavailable))
         if program:
-            record["ir"] = {name: program.ir[name] for name in ("forward", "gradient", "step")}
+            record["ir"] = ir_sizes(program)
             record["primitives"] = program.primitives
         write_outputs(
             record,

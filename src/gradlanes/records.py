@@ -81,6 +81,13 @@ def base_record(exp: Experiment, dataset_sha256: dict, status: str, reason: str 
     }
 
 
+def ir_sizes(program) -> dict:
+    sizes = {name: program.ir[name] for name in ("forward", "gradient", "step")}
+    if "fused" in program.ir:
+        sizes["fused"] = program.ir["fused"]
+    return sizes
+
+
 def fill_from_run(
     record: dict, exp: Experiment, engine, program, result, wall_s: float, threads: int
 ) -> dict:
@@ -94,7 +101,7 @@ def fill_from_run(
         compiles={"train": result.train_compiles, "total": result.total_compiles},
     )
     if program:
-        record["ir"] = {name: program.ir[name] for name in ("forward", "gradient", "step")}
+        record["ir"] = ir_sizes(program)
     record["timing"] = {
         "compile_s": round(result.compile_s, 6),
         "train_s": round(result.train_s, 6),

@@ -90,34 +90,40 @@ def train(exp: Experiment, engine, initial_params: dict, data: Dataset) -> Train
     log.info("%8s %14s %10s", "step", "loss", "elapsed_s")
     bar = tqdm(total=exp.steps, desc=exp.lane, unit="step", disable=not sys.stderr.isatty(), leave=False)
     _evaluate(engine, staged_test, data, exp, 0, result)
+    fuse = exp.fuse_steps
+    order = batch_order(exp.seed, exp.train_images, exp.batch_size, exp.steps)
     with compile_window() as window:
         started = time.perf_counter()
         engine.compile_step()
         result.compile_s = time.perf_counter() - started
         loop_started = time.perf_counter()
-        for step, indices in enumerate(batch_order(exp.seed, exp.train_images, exp.batch_size, exp.steps), 1):
+        for first in range(1, exp.steps + 1, fuse):
+            chunk = [next(order) for _ in range(fuse)]
             t0 = time.perf_counter()
-            batch = (
-                full_batch
-                if indices is None
-                else engine.stage(data.train_images[indices], data.train_labels[indices])
-            )
-            loss = engine.step(batch)
-            result.step_seconds.append(time.perf_counter() - t0)
-            if not math.isfinite(loss):
-                raise TrainingDiverged(
-                    exp.lane, exp.seed, step, loss, result.losses[-1] if result.losses else None
-                )
-            result.losses.append(loss)
-            bar.update(1)
-            if step % log_every == 0 or step in (1, exp.steps):
-                log.info("%8d %14.6f %10.2f", step, loss, time.perf_counter() - loop_started)
-                bar.set_postfix(loss=f"{loss:.4f}")
-            if step % exp.eval_every == 0 or step == exp.steps:
-                entry = _evaluate(engine, staged_test, data, exp, step, result)
+            if full_batch is not None:
+                batch = full_batch
+            else:
+                indices = chunk[0] if fuse == 1 else np.stack(chunk)
+                batch = engine.stage(data.train_images[indices], data.train_labels[indices])
+            losses = engine.step(batch)
+            per_step = (time.perf_counter() - t0) / fuse  # a fused dispatch is shared by its K steps
+            for step, loss in enumerate(losses, first):
+                result.step_seconds.append(per_step)
+                if not math.isfinite(loss):
+                    raise TrainingDiverged(
+                        exp.lane, exp.seed, step, loss, result.losses[-1] if result.losses else None
+                    )
+                result.losses.append(loss)
+                if step % log_every == 0 or step in (1, exp.steps):
+                    log.info("%8d %14.6f %10.2f", step, loss, time.perf_counter() - loop_started)
+                    bar.set_postfix(loss=f"{loss:.4f}")
+            bar.update(fuse)
+            last = first + fuse - 1
+            if last // exp.eval_every > (first - 1) // exp.eval_every or last == exp.steps:
+                entry = _evaluate(engine, staged_test, data, exp, last, result)
                 log.info(
                     "%8d test loss %.6f accuracy %d / %d",
-                    step,
+                    last,
                     entry["test_loss"],
                     entry["test_correct"],
                     len(data.test_labels),
