@@ -12,6 +12,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/lanes.smk"
 include: "workflow/rules/checks.smk"
 include: "workflow/rules/results.smk"
+include: "workflow/rules/bench.smk"
 
 
 report: "workflow/report/workflow.rst"

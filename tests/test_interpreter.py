@@ -145,3 +145,17 @@ def test_interpreter_compiles_nothing():
     with compile_window() as window:
         Interpreter(program)(*inputs)
     assert window.count == 0
+
+
+def test_select_is_bit_exact_with_nans_infs_and_broadcasting():
+    which = rng.random((64, 8)) > 0.5
+    on_true = f32(64, 8)
+    on_true[0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    which[0, :4] = True
+    on_false = np.broadcast_to(np.float32(0), (64, 8))
+    program = jax.make_jaxpr(lambda w, a, b: lax.select_n(w, b, a))(
+        which, on_true, np.zeros((64, 8), np.float32)
+    )
+    (got,) = Interpreter(program)(which, on_true, on_false)
+    expected = np.where(which, on_true, on_false)
+    assert got.tobytes() == expected.tobytes()

@@ -107,3 +107,8 @@ def figure_inputs(wildcards):
             files[f"{lane}/{seed}/curve"] = outputs["curve"]
         files[f"{lane}/model"] = lane_outputs(lane, first_seed)["model"]
     return files
+
+
+# ---- benchmark -------------------------------------------------------------------------------
+BENCH_WORKLOADS = ["tlaloc", "rusty_16x8_float64", "rusty_16x8_float32", "rusty_256x64_float64",
+                   "rusty_256x64_float32", "softmax_b32", "softmax_b4096"]

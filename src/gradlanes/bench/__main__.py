@@ -1,0 +1,89 @@
+"""`python -m gradlanes.bench`: run the workers at each thread count, write the records and bench.md."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from gradlanes.atomic import write_json, write_text
+from gradlanes.bench.report import markdown
+from gradlanes.bench.worker import thread_env
+from gradlanes.environment import environment, usable_cores
+
+
+def snakemake_timing(directory: Path) -> dict:
+    """How long snakemake takes to plan when everything is up to date (the bench itself excluded)."""
+    binary = str(Path(sys.executable).parent / "snakemake")
+    timings = {}
+    for key, args in (("dry_run_s", ["-n"]), ("up_to_date_s", ["--cores", "all"])):
+        started = time.perf_counter()
+        done = subprocess.run([binary, *args, "--nolock"], cwd=directory, capture_output=True, text=True)
+        timings[key] = time.perf_counter() - started
+        timings[key.replace("_s", "_nothing_to_do")] = "Nothing to be done" in done.stdout + done.stderr
+    return timings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gradlanes.bench")
+    parser.add_argument("--arrays", required=True, help="the prepared MNIST array file")
+    parser.add_argument("--out-dir", required=True)
+    parser.add_argument("--markdown", required=True)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--snakemake-dir", help="time snakemake's planning in this folder")
+    args = parser.parse_args(argv)
+
+    by_threads = {}
+    for threads in sorted({1, usable_cores()}):
+        with tempfile.TemporaryDirectory() as scratch:
+            out = Path(scratch) / "worker.json"
+            command = [
+                sys.executable,
+                "-m",
+                "gradlanes.bench.worker",
+                "--threads",
+                str(threads),
+                "--arrays",
+                args.arrays,
+                "--reps",
+                str(args.reps),
+                "--json",
+                str(out),
+            ]
+            if args.quick:
+                command.append("--quick")
+            subprocess.run(command, env={**os.environ, **thread_env(threads)}, check=True)
+            by_threads[threads] = json.loads(out.read_text())
+    snakemake = snakemake_timing(Path(args.snakemake_dir)) if args.snakemake_dir else None
+    env = environment()
+    names = [w["name"] for w in by_threads[min(by_threads)]["workloads"]]
+    for name in names:
+        write_json(
+            Path(args.out_dir) / f"{name}.json",
+            {
+                "workload": name,
+                "environment": env,
+                "by_threads": {
+                    str(t): {
+                        "limits": run["limits"],
+                        "torch": run["torch"],
+                        **next(w for w in run["workloads"] if w["name"] == name),
+                    }
+                    for t, run in by_threads.items()
+                },
+            },
+        )
+    if snakemake:
+        write_json(Path(args.out_dir) / "snakemake.json", {"environment": env, **snakemake})
+    write_text(args.markdown, markdown(by_threads, env, snakemake))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,222 @@
+"""Write `results/bench.md` from the benchmark records: tables, ratios, floors, the GPU on paper."""
+
+from __future__ import annotations
+
+import math
+
+ENGINE_ORDER = ["xla", "xla_fused", "interpreter", "numpy", "torch"]
+# H200 SXM, public datasheet figures: dense FP32 (non-tensor-core) and HBM3e bandwidth.
+H200_FP32_FLOPS = 67e12
+H200_BYTES_PER_S = 4.8e12
+GB10_TLALOC_MS = 13.8
+
+
+def _row(rows: list[dict], engine: str) -> dict | None:
+    return next((r for r in rows if r["engine"] == engine and r["status"] == "ok"), None)
+
+
+def _ratio(ratios: list[dict], a: str, b: str) -> dict | None:
+    return next((r for r in ratios if r["a"] == a and r["b"] == b), None)
+
+
+def _fmt_us(value: float) -> str:
+    return f"{value / 1000:,.2f} ms" if value >= 1000 else f"{value:,.1f} µs"
+
+
+def workload_table(work: dict, limits: dict, threads: int) -> list[str]:
+    flops = work["flops_xla"] or work["flops_analytic"]
+    limit = limits[work["dtype"]]["gflops"]
+    lines = [
+        f"| engine | compile s | per step, median [min – max] | ÷ xla (paired reps) | GFLOP/s | % of {work['dtype']} "
+        f"matmul limit ({limit:,.0f} GFLOP/s) | final loss | peak RSS MB |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    rows = sorted(work["rows"], key=lambda r: ENGINE_ORDER.index(r["engine"]))
+    for row in rows:
+        if row["status"] != "ok":
+            lines.append(f"| {row['engine']} | — | {row['reason']} | — | — | — | — | — |")
+            continue
+        ratio = _ratio(work["ratios"], row["engine"], "xla")
+        versus = "1" if row["engine"] == "xla" else (f"{ratio['ratio_median']:.2f}×" if ratio else "—")
+        gflops = flops / (row["step_us_median"] * 1e-6) / 1e9
+        lines.append(
+            f"| {row['engine']} | {row['compile_s']:.3f} | {_fmt_us(row['step_us_median'])} "
+            f"[{_fmt_us(row['step_us_min'])} – {_fmt_us(row['step_us_max'])}] | {versus} | {gflops:,.2f} | "
+            f"{100 * gflops / limit:.1f} % | {row['final_loss']:.10g} | {row['peak_rss_mb']:,.0f} |"
+        )
+    losses = [r["final_loss"] for r in rows if r["status"] == "ok"]
+    spread = (max(losses) - min(losses)) / abs(min(losses)) if losses and min(losses) else 0.0
+    lines += [
+        "",
+        f"Final losses of all engines agree to {spread:.1e} relative ({threads} thread(s)); "
+        f"FLOPs per step: {work['flops_analytic']:,.0f} analytic (matmuls), "
+        f"{work['flops_xla']:,.0f} by XLA's cost analysis."
+        if work["flops_xla"]
+        else f"Final losses of all engines agree to {spread:.1e} relative.",
+    ]
+    return lines
+
+
+def floors(by_threads: dict[int, dict], snakemake: dict | None) -> list[tuple[str, str, bool | None, str]]:
+    """(floor, measured, met, note) for every floor of the benchmark issue."""
+    out = []
+    for threads, run in sorted(by_threads.items()):
+        work = {w["name"]: w for w in run["workloads"]}
+        tlaloc = work["tlaloc"]
+        xla, interp, torch = (_row(tlaloc["rows"], e) for e in ("xla", "interpreter", "torch"))
+        flops = tlaloc["flops_xla"] or tlaloc["flops_analytic"]
+        limit = run["limits"]["float32"]["gflops"]
+        share = flops / (xla["step_us_median"] * 1e-6) / 1e9 / limit
+        out.append(
+            (
+                f"Tlaloc step, XLA CPU ≥ 80 % of the matmul limit ({threads} thread(s))",
+                f"{100 * share:.1f} % ({_fmt_us(xla['step_us_median'])}/step)",
+                share >= 0.8,
+                "" if share >= 0.8 else "see 'Where XLA's time goes' below",
+            )
+        )
+        if torch:
+            ratio = _ratio(tlaloc["ratios"], "xla", "torch")["ratio_median"]
+            out.append(
+                (
+                    f"Tlaloc step, XLA CPU faster than PyTorch eager ({threads} thread(s))",
+                    f"xla ÷ torch = {ratio:.2f}",
+                    ratio < 1,
+                    "",
+                )
+            )
+        ratio = _ratio(tlaloc["ratios"], "interpreter", "xla")["ratio_median"]
+        out.append(
+            (
+                f"Interpreter ≤ 1.3× XLA CPU on Tlaloc's step ({threads} thread(s))",
+                f"{ratio:.2f}× ({_fmt_us(interp['step_us_median'])} vs {_fmt_us(xla['step_us_median'])})",
+                ratio <= 1.3,
+                "",
+            )
+        )
+        for dtype in ("float32", "float64"):
+            small = work[f"rusty_16x8_{dtype}"]
+            fused = _row(small["rows"], "xla_fused")
+            out.append(
+                (
+                    f"XLA fused ≤ 5 µs/step on 8×16→8, {dtype} ({threads} thread(s))",
+                    _fmt_us(fused["step_us_median"]),
+                    fused["step_us_median"] <= 5,
+                    "",
+                )
+            )
+        small = work["rusty_16x8_float32"]
+        interp_small = _row(small["rows"], "interpreter")
+        per_eq = interp_small["step_us_median"] / small["equations"]
+        out.append(
+            (
+                f"Interpreter overhead per equation, 8×16→8 ({threads} thread(s))",
+                f"{per_eq:.2f} µs/equation ({small['equations']} equations, "
+                f"{_fmt_us(interp_small['step_us_median'])}/step)",
+                None,
+                "reported, no floor",
+            )
+        )
+    if snakemake:
+        for key, label in (
+            ("up_to_date_s", "`snakemake --cores all`, everything up to date"),
+            ("dry_run_s", "`snakemake -n`"),
+        ):
+            out.append((f"{label} ≤ 5 s", f"{snakemake[key]:.2f} s", snakemake[key] <= 5, ""))
+    return out
+
+
+def gpu_on_paper(tlaloc: dict) -> list[str]:
+    flops = tlaloc["flops_xla"] or tlaloc["flops_analytic"]
+    bytes_moved = 4096 * 784 * 4 + 2 * 4 * (784 * 128 + 128 * 10) * 5  # images + params/grads/moments traffic
+    compute_us = flops / H200_FP32_FLOPS * 1e6
+    memory_us = bytes_moved / H200_BYTES_PER_S * 1e6
+    return [
+        "## Tlaloc's step on an H200, on paper",
+        "",
+        f"One step is {flops / 1e9:.2f} GFLOP (XLA's count; about 2.5 GFLOP if the input gradient were also "
+        f"computed, as the issue's estimate assumes) and moves about {bytes_moved / 1e6:.0f} MB (the 4,096 "
+        "images once, weights, gradients and Adam moments a few times). At the H200's ~67 TFLOP/s dense FP32 "
+        f"(without tensor cores) the arithmetic takes ≥ {compute_us:.0f} µs; at ~4.8 TB/s HBM3e the traffic "
+        f"takes ≥ {memory_us:.1f} µs. The step is compute-bound: the floor is ≈ {max(compute_us, memory_us):.0f} µs "
+        "(TF32 tensor cores would lower it several-fold). One dispatch per step from Python adds roughly "
+        "10–30 µs of launch and synchronisation, comparable to the work itself, which is why `fuse_steps` "
+        f"(one dispatch for K steps) matters most on a GPU. Tlaloc's GB10 measured {GB10_TLALOC_MS} ms/step, "
+        f"about {GB10_TLALOC_MS * 1000 / max(compute_us, memory_us):.0f}× above this floor.",
+    ]
+
+
+def markdown(by_threads: dict[int, dict], environment: dict, snakemake: dict | None) -> str:
+    runs = sorted(by_threads.items())
+    lines = [
+        "# gradlanes benchmark",
+        "",
+        "Written by `snakemake --cores 1 bench` (`src/gradlanes/bench/`). Method: one excluded warm-up "
+        "repetition per engine, compilation timed apart; engines interleaved A B C A B C …; "
+        f"{runs[0][1]['workloads'][0]['rows'][0].get('reps', '?')} timed repetitions; median with min and max per "
+        "step; every ratio is the median of per-repetition ratios of reps that ran back to back; each thread "
+        "count runs in its own process with BLAS, OpenMP, XLA and PyTorch pinned to it, and rows are only ever "
+        "compared within one thread count. `xla` reads the loss back after every dispatch, as a training loop "
+        "does; `xla_fused` runs all the repetition's steps in one `lax.scan` dispatch. Peak RSS is the whole "
+        "process's, sampled every millisecond during the row's repetitions.",
+        "",
+        f"Machine: {environment['cpu']}, {environment['cores']} cores; Python {environment['python']}, "
+        f"jax {environment['jax']}, jaxlib {environment['jaxlib']}, NumPy {environment['numpy']}, "
+        f"PyTorch {runs[0][1]['torch'] or 'not installed'}; git commit `{environment['git_commit']}`.",
+        "",
+        "## Floors",
+        "",
+        "| floor | measured | met |",
+        "| --- | --- | --- |",
+    ]
+    for floor, measured, met, note in floors(by_threads, snakemake):
+        verdict = "—" if met is None else ("yes" if met else "**no**")
+        lines.append(f"| {floor} | {measured} | {verdict}{' — ' + note if note else ''} |")
+    lines += [
+        "",
+        "## The machine's limit (NumPy matmul, best of 5)",
+        "",
+        "| threads | float32 GFLOP/s | float64 GFLOP/s |",
+        "| ---: | ---: | ---: |",
+    ]
+    for threads, run in runs:
+        lines.append(
+            f"| {threads} | {run['limits']['float32']['gflops']:,.1f} | {run['limits']['float64']['gflops']:,.1f} |"
+        )
+    names = [w["name"] for w in runs[0][1]["workloads"]]
+    for name in names:
+        for threads, run in runs:
+            work = next(w for w in run["workloads"] if w["name"] == name)
+            lines += [
+                "",
+                f"## {work['description']} — {threads} thread(s)",
+                "",
+                f"{work['steps_per_rep']} steps per repetition; {work['equations']} equations in the "
+                "captured step.",
+                "",
+            ]
+            lines += workload_table(work, run["limits"], threads)
+    lines += ["", *_xla_note(by_threads), "", *gpu_on_paper(runs[0][1]["workloads"][0])]
+    return "\n".join(lines) + "\n"
+
+
+def _xla_note(by_threads: dict[int, dict]) -> list[str]:
+    times = {}
+    for threads, run in by_threads.items():
+        tlaloc = next(w for w in run["workloads"] if w["name"] == "tlaloc")
+        times[threads] = _row(tlaloc["rows"], "xla")["step_us_median"]
+    one, many = times.get(1), times.get(max(by_threads))
+    speedup = one / many if one and many and max(by_threads) > 1 else math.nan
+    return [
+        "## Where XLA's time goes",
+        "",
+        "Tlaloc's step is two large matrix products (4,096×784 by 784×128, forward and for the weight "
+        "gradient), 1.68 GFLOP of its 1.68 GFLOP. XLA:CPU's step time scales "
+        f"{speedup:.2f}× from 1 thread to {max(by_threads)} (NumPy's matmul nearly doubles): on this machine "
+        "XLA:CPU runs these dot products on one core whatever its thread flags say (measured with "
+        "`--xla_cpu_multi_thread_eigen`, `intra_op_parallelism_threads`, `--xla_cpu_use_xnnpack` and "
+        "`--xla_cpu_use_onednn`: none changed a single 4,096×784×128 product, 10–16 ms either way). Against the "
+        "1-thread limit XLA is near 100 %; against the all-core limit it cannot pass 50 %. The miss is XLA:CPU's "
+        "threading of dot on this 2-vCPU VM, not dispatch or memory: `xla_fused` (no per-step dispatch) is "
+        "no faster.",
+    ]
