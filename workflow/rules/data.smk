@@ -5,9 +5,11 @@ rule download_dataset:
     output:
         archives=dataset_archives(),
         provenance=dataset_provenance(),
+    # Only the pinned files are params (a change re-downloads); mirrors and timeouts are read from
+    # the config by the script, so pointing at another mirror does not invalidate verified files.
     params:
-        dataset=config["dataset"],
-        download=config["download"],
+        name=DATASET,
+        files=config["dataset"]["files"],
     log:
         "logs/download_dataset.log",
     message:
@@ -24,7 +26,9 @@ rule prepare_dataset:
         arrays=dataset_arrays(),
         manifest=dataset_manifest(),
     params:
-        dataset=config["dataset"],
+        name=DATASET,
+        files=config["dataset"]["files"],
+        classes=config["dataset"]["classes"],
     log:
         "logs/prepare_dataset.log",
     script:

@@ -9,14 +9,13 @@ from gradlanes.joblog import job_logging
 smk = snakemake  # noqa: F821 - injected by Snakemake
 
 with job_logging(smk.log[0], expected=(IdxFormatError,)) as log:
-    dataset = smk.params.dataset
     manifest = prepare_dataset(
-        dataset["name"],
-        dataset["files"],
-        dataset["classes"],
+        smk.params.name,
+        smk.params.files,
+        smk.params.classes,
         Path(smk.input.provenance).parent,
         smk.input.provenance,
         smk.output.arrays,
         smk.output.manifest,
     )
-    log.info("prepared %s: %s in %.3f s", dataset["name"], manifest["counts"], manifest["prepare_s"])
+    log.info("prepared %s: %s in %.3f s", smk.params.name, manifest["counts"], manifest["prepare_s"])

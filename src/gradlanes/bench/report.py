@@ -27,7 +27,8 @@ def workload_table(work: dict, limits: dict, threads: int) -> list[str]:
     flops = work["flops_xla"] or work["flops_analytic"]
     limit = limits[work["dtype"]]["gflops"]
     lines = [
-        f"| engine | compile s | per step, median [min – max] | ÷ xla (paired reps) | GFLOP/s | % of {work['dtype']} "
+        "| engine | compile s | per step, median [min – max] | ÷ xla (paired reps) | GFLOP/s "
+        f"| % of {work['dtype']} "
         f"matmul limit ({limit:,.0f} GFLOP/s) | final loss | peak RSS MB |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
@@ -138,7 +139,8 @@ def gpu_on_paper(tlaloc: dict) -> list[str]:
         f"computed, as the issue's estimate assumes) and moves about {bytes_moved / 1e6:.0f} MB (the 4,096 "
         "images once, weights, gradients and Adam moments a few times). At the H200's ~67 TFLOP/s dense FP32 "
         f"(without tensor cores) the arithmetic takes ≥ {compute_us:.0f} µs; at ~4.8 TB/s HBM3e the traffic "
-        f"takes ≥ {memory_us:.1f} µs. The step is compute-bound: the floor is ≈ {max(compute_us, memory_us):.0f} µs "
+        f"takes ≥ {memory_us:.1f} µs. The step is compute-bound: the floor is "
+        f"≈ {max(compute_us, memory_us):.0f} µs "
         "(TF32 tensor cores would lower it several-fold). One dispatch per step from Python adds roughly "
         "10–30 µs of launch and synchronisation, comparable to the work itself, which is why `fuse_steps` "
         f"(one dispatch for K steps) matters most on a GPU. Tlaloc's GB10 measured {GB10_TLALOC_MS} ms/step, "
@@ -153,10 +155,12 @@ def markdown(by_threads: dict[int, dict], environment: dict, snakemake: dict | N
         "",
         "Written by `snakemake --cores 1 bench` (`src/gradlanes/bench/`). Method: one excluded warm-up "
         "repetition per engine, compilation timed apart; engines interleaved A B C A B C …; "
-        f"{runs[0][1]['workloads'][0]['rows'][0].get('reps', '?')} timed repetitions; median with min and max per "
+        f"{runs[0][1]['workloads'][0]['rows'][0].get('reps', '?')} timed repetitions; "
+        "median with min and max per "
         "step; every ratio is the median of per-repetition ratios of reps that ran back to back; each thread "
-        "count runs in its own process with BLAS, OpenMP, XLA and PyTorch pinned to it, and rows are only ever "
-        "compared within one thread count. `xla` reads the loss back after every dispatch, as a training loop "
+        "count runs in its own process with BLAS, OpenMP, XLA and PyTorch pinned to it, and rows "
+        "are only ever compared within one thread count. `xla` reads the loss back after every "
+        "dispatch, as a training loop "
         "does; `xla_fused` runs all the repetition's steps in one `lax.scan` dispatch. Peak RSS is the whole "
         "process's, sampled every millisecond during the row's repetitions.",
         "",
@@ -181,7 +185,8 @@ def markdown(by_threads: dict[int, dict], environment: dict, snakemake: dict | N
     ]
     for threads, run in runs:
         lines.append(
-            f"| {threads} | {run['limits']['float32']['gflops']:,.1f} | {run['limits']['float64']['gflops']:,.1f} |"
+            f"| {threads} | {run['limits']['float32']['gflops']:,.1f} "
+            f"| {run['limits']['float64']['gflops']:,.1f} |"
         )
     names = [w["name"] for w in runs[0][1]["workloads"]]
     for name in names:
@@ -215,8 +220,9 @@ def _xla_note(by_threads: dict[int, dict]) -> list[str]:
         f"{speedup:.2f}× from 1 thread to {max(by_threads)} (NumPy's matmul nearly doubles): on this machine "
         "XLA:CPU runs these dot products on one core whatever its thread flags say (measured with "
         "`--xla_cpu_multi_thread_eigen`, `intra_op_parallelism_threads`, `--xla_cpu_use_xnnpack` and "
-        "`--xla_cpu_use_onednn`: none changed a single 4,096×784×128 product, 10–16 ms either way). Against the "
-        "1-thread limit XLA is near 100 %; against the all-core limit it cannot pass 50 %. The miss is XLA:CPU's "
+        "`--xla_cpu_use_onednn`: none changed a single 4,096×784×128 product, 10–16 ms either way). "
+        "Against the 1-thread limit XLA is near 100 %; against the all-core limit it cannot pass 50 %. "
+        "The miss is XLA:CPU's "
         "threading of dot on this 2-vCPU VM, not dispatch or memory: `xla_fused` (no per-step dispatch) is "
         "no faster.",
     ]
