@@ -9,16 +9,13 @@ from gradlanes.joblog import job_logging
 smk = snakemake  # noqa: F821 - injected by Snakemake
 
 with job_logging(smk.log[0], expected=(DownloadError,)) as log:
-    dataset = smk.params.dataset
-    specs = [FileSpec(role, f["name"], f["sha256"]) for role, f in dataset["files"].items()]
+    specs = [FileSpec(role, f["name"], f["sha256"]) for role, f in smk.params.files.items()]
     fetched = fetch_dataset(
-        dataset["name"],
+        smk.params.name,
         specs,
-        dataset["mirrors"],
+        smk.config["dataset"]["mirrors"],
         Path(smk.output.provenance).parent,
-        FetchPolicy(**smk.params.download),
+        FetchPolicy(**smk.config["download"]),
     )
-    write_json(
-        smk.output.provenance, {"dataset": dataset["name"], "files": [item.as_dict() for item in fetched]}
-    )
+    write_json(smk.output.provenance, {"dataset": smk.params.name, "files": [item.as_dict() for item in fetched]})
     log.info("downloaded and verified %d files", len(fetched))
