@@ -12,6 +12,5 @@ rule bench:
         reps=5,
     log:
         "logs/bench.log",
-    shell:
-        "python -m gradlanes.bench --arrays {input.arrays} --out-dir results/bench"
-        " --markdown {output.markdown} --reps {params.reps} --snakemake-dir . > {log} 2>&1"
+    script:
+        "../scripts/bench.py"
