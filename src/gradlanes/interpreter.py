@@ -268,7 +268,11 @@ def find_unsupported(jaxpr: Jaxpr) -> set[str]:
 
 
 class _Plan:
-    """A jaxpr flattened into slot-addressed steps, built once and run many times."""
+    """A jaxpr flattened into slot-addressed steps, built once and run many times.
+
+    Equations whose operands are all literals or constants (the `broadcast_in_dim 0.0` and
+    `div 1.0 64.0` that autodiff leaves behind) are evaluated once here, not on every call.
+    """
 
     def __init__(self, jaxpr: Jaxpr, consts: Sequence[Any]):
         slots: dict[Any, int] = {}
@@ -283,6 +287,10 @@ class _Plan:
                 template.append(None)
             return slots[var]
 
+        def store(slots_out: list[int], values, dtypes) -> None:
+            for slot, value, dtype in zip(slots_out, values, dtypes, strict=True):
+                template[slot] = np.asarray(value).astype(dtype, copy=False)
+
         const_slots = [slot_of(v) for v in jaxpr.constvars]
         for slot, value in zip(const_slots, consts, strict=True):
             template[slot] = np.asarray(value)
@@ -294,15 +302,18 @@ class _Plan:
             dtypes = [np.dtype(v.aval.dtype) for v in eqn.outvars]
             call = called_jaxpr(eqn)
             if call is not None:
-                sub_plan = _Plan(*call)
-                fn, params, multiple = sub_plan.run, {}, True
+                fn, params, multiple = _Plan(*call).run, {}, True
             else:
-                fn, params, multiple = (
-                    RULES[eqn.primitive.name],
-                    dict(eqn.params),
-                    eqn.primitive.multiple_results,
-                )
-            steps.append([fn, ins, outs, params, multiple, dtypes, []])
+                fn, params = RULES[eqn.primitive.name], dict(eqn.params)
+                multiple = eqn.primitive.multiple_results
+            if all(template[i] is not None for i in ins) and not eqn.effects:
+                result = fn(*[template[i] for i in ins], **params)
+                store(outs, result if multiple else (result,), dtypes)
+                continue
+            if multiple:
+                steps.append([fn, ins, outs, params, True, dtypes, []])
+            else:
+                steps.append([fn, ins, outs[0], params, False, dtypes[0], []])
         self.output_slots = [slot_of(v) for v in jaxpr.outvars]
         # Drop each intermediate right after its last reader, so peak memory stays near XLA's.
         keep = set(self.output_slots) | {i for i, v in enumerate(template) if v is not None}
@@ -313,23 +324,27 @@ class _Plan:
         for slot, index in last_use.items():
             if slot not in keep:
                 steps[index][6].append(slot)
-        self.steps = [tuple(step) for step in steps]
+        self.steps = [(*step[:6], tuple(step[6])) for step in steps]
         self.template = template
 
     def run(self, *args: Any) -> list[Any]:
         env = list(self.template)
         for slot, value in zip(self.input_slots, args, strict=True):
             env[slot] = value
-        for fn, ins, outs, params, multiple, dtypes, frees in self.steps:
+        for fn, ins, out, params, multiple, dtype, frees in self.steps:
             result = fn(*[env[i] for i in ins], **params)
-            results = result if multiple else (result,)
-            for slot, value, dtype in zip(outs, results, dtypes, strict=True):
-                if value.dtype != dtype:
-                    value = value.astype(dtype)
-                env[slot] = value
+            if multiple:
+                for slot, value, expected in zip(out, result, dtype, strict=True):
+                    env[slot] = value if value.dtype is expected else _as_dtype(value, expected)
+            else:  # most equations: one output, its dtype usually already right (an identity check)
+                env[out] = result if result.dtype is dtype else _as_dtype(result, dtype)
             for slot in frees:
                 env[slot] = None
         return [env[i] for i in self.output_slots]
+
+
+def _as_dtype(value: Any, dtype: np.dtype) -> Any:
+    return value if value.dtype == dtype else value.astype(dtype)
 
 
 class Interpreter:

@@ -13,25 +13,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gradlanes.naming import model_key
+
 INITIALIZERS = {
     "lecun_normal": jax.nn.initializers.lecun_normal,
     "he_normal": jax.nn.initializers.he_normal,
     "glorot_normal": jax.nn.initializers.glorot_normal,
     "zeros": lambda: jax.nn.initializers.zeros,
 }
-
-
-def model_key(name: str, hidden: int, init: str) -> str:
-    """A file-name-safe identity: lanes with equal keys and seeds share one initial-weights file."""
-    return f"{name}-h{hidden}-{init}" if name == "mlp" else f"{name}-{init}"
-
-
-def parse_model_key(key: str) -> tuple[str, int, str]:
-    name, _, rest = key.partition("-")
-    if name == "mlp":
-        width, _, init = rest.partition("-")
-        return name, int(width[1:]), init
-    return name, 128, rest
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ def dataset_manifest():
 
 
 # ---- lanes -----------------------------------------------------------------------------------
-from gradlanes.models import model_key
+from gradlanes.naming import model_key
 
 LANES = list(config["lanes"])
 SEEDS = [int(seed) for seed in config["seeds"]]

@@ -8,10 +8,17 @@ from gradlanes.bench.__main__ import main
 smk = snakemake  # noqa: F821 - injected by Snakemake
 
 with open(smk.log[0], "w") as log, contextlib.redirect_stderr(log), contextlib.redirect_stdout(log):
-    main([
-        "--arrays", smk.input.arrays,
-        "--out-dir", str(Path(smk.output.markdown).parent / "bench"),
-        "--markdown", smk.output.markdown,
-        "--reps", str(smk.params.reps),
-        "--snakemake-dir", ".",
-    ])
+    main(
+        [
+            "--arrays",
+            smk.input.arrays,
+            "--out-dir",
+            str(Path(smk.output.markdown).parent / "bench"),
+            "--markdown",
+            smk.output.markdown,
+            "--reps",
+            str(smk.params.reps),
+            "--snakemake-dir",
+            ".",
+        ]
+    )

@@ -17,5 +17,7 @@ with job_logging(smk.log[0], expected=(DownloadError,)) as log:
         Path(smk.output.provenance).parent,
         FetchPolicy(**smk.config["download"]),
     )
-    write_json(smk.output.provenance, {"dataset": smk.params.name, "files": [item.as_dict() for item in fetched]})
+    write_json(
+        smk.output.provenance, {"dataset": smk.params.name, "files": [item.as_dict() for item in fetched]}
+    )
     log.info("downloaded and verified %d files", len(fetched))

@@ -4,7 +4,8 @@ import json
 from pathlib import Path
 
 from gradlanes.joblog import job_logging
-from gradlanes.models import ModelSpec, parse_model_key, save_initial_params
+from gradlanes.models import ModelSpec, save_initial_params
+from gradlanes.naming import parse_model_key
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 
