@@ -8,7 +8,9 @@ CORES  ?= all
 MIRROR ?=
 MIRROR_ARG := $(if $(MIRROR),--config 'dataset={"mirrors": ["$(MIRROR)"]}',)
 
-.PHONY: install run test lint clean-venv
+CLUSTER_STAMP := $(VENV)/.cluster-stamp
+
+.PHONY: install run test test-cluster lint clean-venv
 
 install: $(STAMP)
 
@@ -25,6 +27,14 @@ run: install
 
 test: install
 	$(BIN)/python -m pytest
+
+# The CI subset through Snakemake's SLURM executor on a single-node SLURM started here (root, Debian).
+$(CLUSTER_STAMP): $(STAMP) requirements-cluster.lock
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-cluster.lock
+	touch $@
+
+test-cluster: $(CLUSTER_STAMP)
+	bash tests/cluster/run.sh
 
 lint: install
 	$(BIN)/ruff check src tests workflow/scripts

@@ -48,6 +48,15 @@ wildcard_constraints:
     seed=r"\d+",
 
 
+def lane_threads():
+    """Every core Snakemake may use here; on a cluster the profile's set-threads decides."""
+    try:
+        cores = workflow.cores
+    except WorkflowError:  # remote executors leave --cores unset
+        return 1
+    return cores if isinstance(cores, int) and 0 < cores < 4096 else 1
+
+
 def lane_model_key(lane):
     settings = config["lanes"][lane]
     return model_key(settings["model"], settings["hidden"], settings["init"])

@@ -30,7 +30,10 @@ for lane in LANES:
             failure=f"logs/train/{lane}/seed-{{seed}}.failed.json",
         log:
             f"logs/train/{lane}/seed-{{seed}}.log",
+        # Max RSS and wall time per job: what the cluster profile's resources are sized from.
+        benchmark:
+            f"logs/benchmarks/train/{lane}/seed-{{seed}}.tsv"
         # Each lane gets the whole machine, so lanes never share cores while they are timed.
-        threads: workflow.cores
+        threads: lane_threads()
         script:
             "../scripts/train_lane.py"
