@@ -12,6 +12,7 @@ forward/backward) and `torch` (PyTorch eager on the CPU, when installed).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -130,6 +131,19 @@ def _torch():
 TORCH_MISSING = "PyTorch is not installed (pip install -e '.[bench]' or pip install torch==2.13.0)"
 
 
+def _torch_peer(build):
+    """A PyTorch runner builder, called with the torch module; an 'unavailable' row without it."""
+
+    @functools.wraps(build)
+    def wrapper(*args):
+        torch = _torch()
+        if torch is None:
+            return FunctionRunner("torch", None, None, unavailable=TORCH_MISSING)
+        return build(torch, *args)
+
+    return wrapper
+
+
 def _xla_pair(program, carry, data, steps) -> tuple[XlaRunner, XlaRunner]:
     return (
         XlaRunner("xla", program.step, carry, data),
@@ -189,10 +203,8 @@ def tlaloc(images: np.ndarray, labels: np.ndarray, steps: int = 20) -> Workload:
     return work
 
 
-def _torch_mlp(params, x, targets):
-    torch = _torch()
-    if torch is None:
-        return FunctionRunner("torch", None, None, unavailable=TORCH_MISSING)
+@_torch_peer
+def _torch_mlp(torch, params, x, targets):
     tx, tt = torch.from_numpy(x), torch.from_numpy(targets)
 
     def make_state():
@@ -273,10 +285,8 @@ def rusty(batch: int, inputs: int, outputs: int, steps: int, dtype: str, lr: flo
     return work
 
 
-def _torch_rusty(data, lr):
-    torch = _torch()
-    if torch is None:
-        return FunctionRunner("torch", None, None, unavailable=TORCH_MISSING)
+@_torch_peer
+def _torch_rusty(torch, data, lr):
     tx, tt = torch.from_numpy(data["x"]), torch.from_numpy(data["t"])
 
     def make_state():
@@ -356,10 +366,8 @@ def softmax(images: np.ndarray, labels: np.ndarray, batch: int, steps: int) -> W
     return work
 
 
-def _torch_softmax(params, x, y):
-    torch = _torch()
-    if torch is None:
-        return FunctionRunner("torch", None, None, unavailable=TORCH_MISSING)
+@_torch_peer
+def _torch_softmax(torch, params, x, y):
     tx, ty = torch.from_numpy(x), torch.from_numpy(y.astype(np.int64))
 
     def make_state():
