@@ -206,23 +206,31 @@ def markdown(by_threads: dict[int, dict], environment: dict, snakemake: dict | N
 
 
 def _xla_note(by_threads: dict[int, dict]) -> list[str]:
-    times = {}
+    times, limits, interp = {}, {}, {}
     for threads, run in by_threads.items():
         tlaloc = next(w for w in run["workloads"] if w["name"] == "tlaloc")
         times[threads] = _row(tlaloc["rows"], "xla")["step_us_median"]
-    one, many = times.get(1), times.get(max(by_threads))
-    speedup = one / many if one and many and max(by_threads) > 1 else math.nan
+        interp[threads] = _ratio(tlaloc["ratios"], "interpreter", "xla")["ratio_median"]
+        limits[threads] = run["limits"]["float32"]["gflops"]
+        flops = tlaloc["flops_xla"] or tlaloc["flops_analytic"]
+    one, many = min(by_threads), max(by_threads)
+    share = {t: flops / (times[t] * 1e-6) / 1e9 / limits[t] for t in by_threads}
     return [
-        "## Where XLA's time goes",
+        "## Where XLA's time goes, and the interpreter's",
         "",
-        "Tlaloc's step is two large matrix products (4,096×784 by 784×128, forward and for the weight "
-        "gradient), 1.68 GFLOP of its 1.68 GFLOP. XLA:CPU's step time scales "
-        f"{speedup:.2f}× from 1 thread to {max(by_threads)} (NumPy's matmul nearly doubles): on this machine "
-        "XLA:CPU runs these dot products on one core whatever its thread flags say (measured with "
-        "`--xla_cpu_multi_thread_eigen`, `intra_op_parallelism_threads`, `--xla_cpu_use_xnnpack` and "
-        "`--xla_cpu_use_onednn`: none changed a single 4,096×784×128 product, 10–16 ms either way). "
-        "Against the 1-thread limit XLA is near 100 %; against the all-core limit it cannot pass 50 %. "
-        "The miss is XLA:CPU's "
-        "threading of dot on this 2-vCPU VM, not dispatch or memory: `xla_fused` (no per-step dispatch) is "
-        "no faster.",
+        f"Tlaloc's step is two large matrix products (4,096×784 by 784×128, forward and for the weight "
+        f"gradient): {flops / 1e9:.2f} GFLOP, all in dot products. From {one} to {many} thread(s) NumPy's "
+        f"matmul rate grows {limits[many] / limits[one]:.2f}×, XLA:CPU's step only "
+        f"{times[one] / times[many]:.2f}× ({100 * share[one]:.0f} % of the {one}-thread limit, "
+        f"{100 * share[many]:.0f} % of the {many}-thread one). On this machine XLA:CPU runs these dot products "
+        "on essentially one core whatever its thread flags say (tried while profiling: "
+        "`--xla_cpu_multi_thread_eigen`, `intra_op_parallelism_threads`, `--xla_cpu_use_xnnpack`, "
+        "`--xla_cpu_use_onednn`; none changed a single 4,096×784×128 product, 10–16 ms either way), and "
+        "`xla_fused`, which has no per-step dispatch, is no faster: the all-core miss is XLA:CPU's threading "
+        "of dot on this 2-vCPU VM, not dispatch or memory.",
+        "",
+        f"The interpreter spends its step in the same two products, through NumPy's BLAS: at {many} threads "
+        f"it is {interp[many]:.2f}× XLA, at {one} thread {interp[one]:.2f}× (paired ratios), where "
+        "single-threaded OpenBLAS runs these skinny (128-column) products slower than XLA's own kernel. "
+        "The rest of its step is elementwise work XLA fuses and NumPy does one array at a time.",
     ]
