@@ -159,3 +159,15 @@ def test_select_is_bit_exact_with_nans_infs_and_broadcasting():
     (got,) = Interpreter(program)(which, on_true, on_false)
     expected = np.where(which, on_true, on_false)
     assert got.tobytes() == expected.tobytes()
+
+
+def test_select_against_a_broadcast_zero_matches_where():
+    which = rng.random((256, 16)) > 0.5
+    on_true = f32(256, 16)
+    on_true[3, 3], which[3, 3] = np.nan, False  # a NaN not chosen must not leak through
+    zero = np.broadcast_to(np.float32(0), (256, 16))
+    program = jax.make_jaxpr(lambda w, a, b: lax.select_n(w, b, a))(
+        which, on_true, np.zeros((256, 16), np.float32)
+    )
+    (got,) = Interpreter(program)(which, on_true, zero)
+    assert got.tobytes() == np.where(which, on_true, np.float32(0)).tobytes()

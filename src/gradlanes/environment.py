@@ -48,8 +48,9 @@ def environment() -> dict:
     commit = _git("rev-parse", "HEAD")
     # results/ is rewritten by the run itself and Markdown is prose: only changes to code and
     # config make a run "dirty".
-    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results",
-                  ":(exclude)*.md")
+    status = _git(
+        "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results", ":(exclude)*.md"
+    )
     return {
         "python": platform.python_version(),
         "jax": jax.__version__,

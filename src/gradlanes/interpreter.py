@@ -119,13 +119,25 @@ def _bitwise_select(which: np.ndarray, on_true: np.ndarray, on_false: np.ndarray
     """np.where(which, on_true, on_false) without branches, bit for bit the same.
 
     np.where branches per element, and on a ReLU mask (true about half the time, at random) the
-    branch predictor loses: 2.6 ms for a 4,096x128 select here. Selecting the bit patterns with
-    an all-ones/all-zeros mask takes 0.7 ms and copies exactly the chosen values (NaNs included).
+    branch predictor loses: 2.6 ms for a 4,096x128 select here. Selecting bit patterns under an
+    all-ones/all-zeros mask, in place, takes 0.2 ms when the other side is +0.0 (ReLU's backward)
+    and copies exactly the chosen values, NaNs included.
     """
     bits = np.dtype(f"i{on_true.dtype.itemsize}")
-    mask = -(which.astype(bits))
-    chosen = (on_true.view(bits) & mask) | (on_false.view(bits) & ~mask)
+    mask = np.empty(np.broadcast_shapes(which.shape, on_true.shape, on_false.shape), bits)
+    np.copyto(mask, which, casting="unsafe")  # 1 / 0
+    np.negative(mask, out=mask)  # all ones / all zeros
+    chosen = np.bitwise_and(on_true.view(bits), mask)
+    if not _is_positive_zero(on_false):
+        np.invert(mask, out=mask)
+        np.bitwise_and(on_false.view(bits), mask, out=mask)
+        np.bitwise_or(chosen, mask, out=chosen)
     return chosen.view(on_true.dtype)
+
+
+def _is_positive_zero(x: np.ndarray) -> bool:
+    """True for a single +0.0 broadcast to any shape (all strides 0): its bit pattern is all zeros."""
+    return (x.ndim == 0 or not any(x.strides)) and not x.reshape(-1)[:1].view(f"i{x.dtype.itemsize}").any()
 
 
 @rule("select_n")

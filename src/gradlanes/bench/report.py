@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 ENGINE_ORDER = ["xla", "xla_fused", "interpreter", "numpy", "torch"]
 # H200 SXM, public datasheet figures: dense FP32 (non-tensor-core) and HBM3e bandwidth.
 H200_FP32_FLOPS = 67e12
@@ -222,7 +220,8 @@ def _xla_note(by_threads: dict[int, dict]) -> list[str]:
         f"gradient): {flops / 1e9:.2f} GFLOP, all in dot products. From {one} to {many} thread(s) NumPy's "
         f"matmul rate grows {limits[many] / limits[one]:.2f}×, XLA:CPU's step only "
         f"{times[one] / times[many]:.2f}× ({100 * share[one]:.0f} % of the {one}-thread limit, "
-        f"{100 * share[many]:.0f} % of the {many}-thread one). On this machine XLA:CPU runs these dot products "
+        f"{100 * share[many]:.0f} % of the {many}-thread one). On this machine XLA:CPU runs these dot "
+        "products "
         "on essentially one core whatever its thread flags say (tried while profiling: "
         "`--xla_cpu_multi_thread_eigen`, `intra_op_parallelism_threads`, `--xla_cpu_use_xnnpack`, "
         "`--xla_cpu_use_onednn`; none changed a single 4,096×784×128 product, 10–16 ms either way), and "
