@@ -44,13 +44,3 @@ def load(path: str | Path, train_images: int | None = None, test_images: int | N
             test_pixels=test,
         )
 
-
-def counts(path: str | Path) -> dict[str, int]:
-    """Image counts and flattened input size, without scaling anything."""
-    with np.load(path) as arrays:
-        train, test = arrays["train_images"], arrays["test_images"]
-        return {
-            "train": train.shape[0],
-            "test": test.shape[0],
-            "inputs": int(np.prod(train.shape[1:])),
-        }
