@@ -36,9 +36,14 @@ $(CLUSTER_STAMP): $(STAMP) requirements-cluster.lock
 test-cluster: $(CLUSTER_STAMP)
 	bash tests/cluster/run.sh
 
+# snakemake --lint exits 1 for its conda/container lint, which gradlanes answers in the README
+# ("Why one lint stays"); any other lint fails this target.
 lint: install
 	$(BIN)/ruff check src tests workflow/scripts
-	$(BIN)/snakemake --lint
+	@out=$$(mktemp); $(BIN)/snakemake --lint > $$out 2>&1 || true; \
+	if grep -E '^\s*\* ' $$out | grep -v 'Specify a conda environment or container'; then \
+		cat $$out; rm -f $$out; exit 1; fi; \
+	rm -f $$out; echo "snakemake --lint: only the conda/container lint (README: Why one lint stays)"
 
 clean-venv:
 	rm -rf $(VENV)
