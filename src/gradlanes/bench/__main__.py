@@ -72,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
                 "by_threads": {
                     str(t): {
                         "limits": run["limits"],
+                        "tlaloc_shape_limit": run["tlaloc_shape_limit"],
+                        "cores": run["cores"],
                         "torch": run["torch"],
                         **next(w for w in run["workloads"] if w["name"] == name),
                     }

@@ -10,6 +10,7 @@ repetition per runner is excluded; then repetitions go round-robin over the runn
 from __future__ import annotations
 
 import os
+import resource
 import threading
 import time
 from dataclasses import dataclass, field
@@ -67,6 +68,7 @@ class Row:
     times_s: list[float] = field(default_factory=list)
     final_loss: float | None = None
     peak_rss_mb: float = 0.0
+    cpu_s: float = 0.0  # process CPU time (user + system) over the timed repetitions
     error: str | None = None
 
     def summary(self, steps: int) -> dict:
@@ -83,6 +85,8 @@ class Row:
             "step_us_max": float(per_step.max() * 1e6),
             "final_loss": self.final_loss,
             "peak_rss_mb": round(self.peak_rss_mb, 1),
+            # CPU seconds per wall second: proves how many cores the row really kept busy.
+            "cores_busy": round(self.cpu_s / sum(self.times_s), 2),
         }
 
 
@@ -107,21 +111,45 @@ def interleaved(runners: list, steps: int, reps: int) -> list[Row]:
             row = rows[runner.name]
             runner.reset()
             with PeakRss() as memory:
+                cpu_started = _cpu_seconds()
                 started = time.perf_counter()
                 row.final_loss = float(runner.run(steps))
                 row.times_s.append(time.perf_counter() - started)
+                row.cpu_s += _cpu_seconds() - cpu_started
             row.peak_rss_mb = max(row.peak_rss_mb, memory.peak / 2**20)
     return [rows[runner.name] for runner in runners]
 
 
-def matmul_limit(dtype: str, size: int = 2048, reps: int = 5) -> dict:
-    """The machine's dense matmul rate in NumPy (best of `reps`), the yardstick for every row."""
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def pin_to_cores(threads: int) -> list[int]:
+    """Restrict this process (and every thread it will start) to `threads` cores.
+
+    Environment variables alone do not hold XLA:CPU to one thread: measured here, its
+    "1-thread" flags still kept 1.96 cores busy. CPU affinity does, for every library at once.
+    """
+    cores = sorted(os.sched_getaffinity(0))[:threads]
+    os.sched_setaffinity(0, cores)
+    return cores
+
+
+def matmul_limit(
+    dtype: str, size: int = 2048, reps: int = 5, shape: tuple[int, int, int] | None = None
+) -> dict:
+    """The machine's dense matmul rate in NumPy (best of `reps`), the yardstick for every row.
+
+    `shape` (m, k, n) measures a specific product instead of the large square one.
+    """
+    m, k, n = shape or (size, size, size)
     rng = np.random.default_rng(0)
-    a = rng.random((size, size)).astype(dtype)
-    b = rng.random((size, size)).astype(dtype)
+    a = rng.random((m, k)).astype(dtype)
+    b = rng.random((k, n)).astype(dtype)
     a @ b  # warm-up
     best = min(_timed(lambda: a @ b) for _ in range(reps))
-    return {"dtype": dtype, "size": size, "seconds": best, "gflops": 2 * size**3 / best / 1e9}
+    return {"dtype": dtype, "shape": [m, k, n], "seconds": best, "gflops": 2 * m * k * n / best / 1e9}
 
 
 def _timed(fn) -> float:

@@ -27,13 +27,13 @@ def workload_table(work: dict, limits: dict, threads: int) -> list[str]:
     lines = [
         "| engine | compile s | per step, median [min – max] | ÷ xla (paired reps) | GFLOP/s "
         f"| % of {work['dtype']} "
-        f"matmul limit ({limit:,.0f} GFLOP/s) | final loss | peak RSS MB |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"matmul limit ({limit:,.0f} GFLOP/s) | cores busy | final loss | peak RSS MB |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     rows = sorted(work["rows"], key=lambda r: ENGINE_ORDER.index(r["engine"]))
     for row in rows:
         if row["status"] != "ok":
-            lines.append(f"| {row['engine']} | — | {row['reason']} | — | — | — | — | — |")
+            lines.append(f"| {row['engine']} | — | {row['reason']} | — | — | — | — | — | — |")
             continue
         ratio = _ratio(work["ratios"], row["engine"], "xla")
         versus = "1" if row["engine"] == "xla" else (f"{ratio['ratio_median']:.2f}×" if ratio else "—")
@@ -41,7 +41,8 @@ def workload_table(work: dict, limits: dict, threads: int) -> list[str]:
         lines.append(
             f"| {row['engine']} | {row['compile_s']:.3f} | {_fmt_us(row['step_us_median'])} "
             f"[{_fmt_us(row['step_us_min'])} – {_fmt_us(row['step_us_max'])}] | {versus} | {gflops:,.2f} | "
-            f"{100 * gflops / limit:.1f} % | {row['final_loss']:.10g} | {row['peak_rss_mb']:,.0f} |"
+            f"{100 * gflops / limit:.1f} % | {row['cores_busy']:.2f} | {row['final_loss']:.10g} | "
+            f"{row['peak_rss_mb']:,.0f} |"
         )
     losses = [r["final_loss"] for r in rows if r["status"] == "ok"]
     spread = (max(losses) - min(losses)) / abs(min(losses)) if losses and min(losses) else 0.0
@@ -184,7 +185,7 @@ def markdown(by_threads: dict[int, dict], environment: dict, snakemake: dict | N
     for threads, run in runs:
         lines.append(
             f"| {threads} | {run['limits']['float32']['gflops']:,.1f} "
-            f"| {run['limits']['float64']['gflops']:,.1f} |"
+            f"| {run['limits']['float64']['gflops']:,.1f} | {run['tlaloc_shape_limit']['gflops']:,.1f} |"
         )
     names = [w["name"] for w in runs[0][1]["workloads"]]
     for name in names:
@@ -204,32 +205,35 @@ def markdown(by_threads: dict[int, dict], environment: dict, snakemake: dict | N
 
 
 def _xla_note(by_threads: dict[int, dict]) -> list[str]:
-    times, limits, interp = {}, {}, {}
+    times, limits, shape_limits, interp, busy = {}, {}, {}, {}, {}
     for threads, run in by_threads.items():
         tlaloc = next(w for w in run["workloads"] if w["name"] == "tlaloc")
-        times[threads] = _row(tlaloc["rows"], "xla")["step_us_median"]
+        xla = _row(tlaloc["rows"], "xla")
+        times[threads], busy[threads] = xla["step_us_median"], xla["cores_busy"]
         interp[threads] = _ratio(tlaloc["ratios"], "interpreter", "xla")["ratio_median"]
         limits[threads] = run["limits"]["float32"]["gflops"]
+        shape_limits[threads] = run["tlaloc_shape_limit"]["gflops"]
         flops = tlaloc["flops_xla"] or tlaloc["flops_analytic"]
     one, many = min(by_threads), max(by_threads)
-    share = {t: flops / (times[t] * 1e-6) / 1e9 / limits[t] for t in by_threads}
+    rate = {t: flops / (times[t] * 1e-6) / 1e9 for t in by_threads}
     return [
         "## Where XLA's time goes, and the interpreter's",
         "",
-        f"Tlaloc's step is two large matrix products (4,096×784 by 784×128, forward and for the weight "
-        f"gradient): {flops / 1e9:.2f} GFLOP, all in dot products. From {one} to {many} thread(s) NumPy's "
-        f"matmul rate grows {limits[many] / limits[one]:.2f}×, XLA:CPU's step only "
-        f"{times[one] / times[many]:.2f}× ({100 * share[one]:.0f} % of the {one}-thread limit, "
-        f"{100 * share[many]:.0f} % of the {many}-thread one). On this machine XLA:CPU runs these dot "
-        "products "
-        "on essentially one core whatever its thread flags say (tried while profiling: "
-        "`--xla_cpu_multi_thread_eigen`, `intra_op_parallelism_threads`, `--xla_cpu_use_xnnpack`, "
-        "`--xla_cpu_use_onednn`; none changed a single 4,096×784×128 product, 10–16 ms either way), and "
-        "`xla_fused`, which has no per-step dispatch, is no faster: the all-core miss is XLA:CPU's threading "
-        "of dot on this 2-vCPU VM, not dispatch or memory.",
+        f"Tlaloc's step is {flops / 1e9:.2f} GFLOP, almost all of it two products of a 4,096×784 and a "
+        "784×128 matrix (forward, and the weight gradient). XLA:CPU keeps the cores it is given busy "
+        f"({busy[many]:.2f} of {many}; {busy[one]:.2f} when pinned to {one}) and reaches {rate[many]:,.0f} "
+        f"GFLOP/s on {many} cores: {100 * rate[many] / limits[many]:.0f} % of NumPy's large square matmul "
+        f"({limits[many]:,.0f} GFLOP/s), {100 * rate[many] / shape_limits[many]:.0f} % of what NumPy "
+        f"reaches on the step's own 4,096×784×128 product ({shape_limits[many]:,.0f} GFLOP/s). "
+        f"On one core it reaches {100 * rate[one] / limits[one]:.0f} % of the 1-core limit. "
+        "The all-core shortfall is the "
+        "skinny shape (128 output columns) and XLA:CPU's GEMM on it, not dispatch (`xla_fused`, with no "
+        "per-step dispatch, is within a few percent) and not memory. Tried while profiling, without effect "
+        "on a single product: `--xla_cpu_use_xnnpack`, `--xla_cpu_use_onednn`, "
+        "`--xla_cpu_experimental_xnn_graph_fusion_mode`.",
         "",
-        f"The interpreter spends its step in the same two products, through NumPy's BLAS: at {many} threads "
-        f"it is {interp[many]:.2f}× XLA, at {one} thread {interp[one]:.2f}× (paired ratios), where "
-        "single-threaded OpenBLAS runs these skinny (128-column) products slower than XLA's own kernel. "
-        "The rest of its step is elementwise work XLA fuses and NumPy does one array at a time.",
+        f"The interpreter spends its step in the same two products, through NumPy's BLAS: at {many} cores it "
+        f"is {interp[many]:.2f}× XLA, on {one} core {interp[one]:.2f}× (paired ratios); single-threaded "
+        "OpenBLAS runs these products slower than XLA's kernel does, and the rest of the step is "
+        "elementwise work that XLA fuses and NumPy does one array at a time.",
     ]

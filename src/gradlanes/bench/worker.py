@@ -52,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", required=True)
     args = parser.parse_args(argv)
 
+    from gradlanes.bench.protocol import pin_to_cores
+
+    cores = pin_to_cores(args.threads)  # before any library starts a thread pool
     import jax
 
     jax.config.update("jax_enable_x64", True)  # float64 rows; float32 data stays float32
@@ -79,9 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "threads": args.threads,
         "torch": None if torch is None else torch.__version__,
+        "cores": cores,
         "limits": {
             dtype: matmul_limit(dtype, size=1024 if args.quick else 2048) for dtype in ("float32", "float64")
         },
+        # NumPy on Tlaloc's own product (4,096x784 by 784x128): what a BLAS reaches on that shape.
+        "tlaloc_shape_limit": matmul_limit("float32", shape=(4096, 784, 128)),
         "workloads": [],
     }
     for build in builders:
