@@ -233,7 +233,7 @@ def _xla_note(by_threads: dict[int, dict]) -> list[str]:
         "`--xla_cpu_experimental_xnn_graph_fusion_mode`.",
         "",
         f"The interpreter spends its step in the same two products, through NumPy's BLAS: at {many} cores it "
-        f"is {interp[many]:.2f}× XLA, on {one} core {interp[one]:.2f}× (paired ratios); single-threaded "
-        "OpenBLAS runs these products slower than XLA's kernel does, and the rest of the step is "
-        "elementwise work that XLA fuses and NumPy does one array at a time.",
+        f"is {interp[many]:.2f}× XLA, on {one} core {interp[one]:.2f}× (paired ratios). The products cost "
+        "about the same in either engine; what the interpreter adds is elementwise work that XLA fuses "
+        "and NumPy does one array at a time, and one Python call per equation.",
     ]
