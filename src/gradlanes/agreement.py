@@ -25,6 +25,7 @@ from gradlanes.capture import capture
 from gradlanes.dataset import Dataset
 from gradlanes.engines import make_engine
 from gradlanes.experiment import Experiment
+from gradlanes.lane import load_model
 
 log = logging.getLogger(__name__)
 BOUNDS = (
@@ -56,11 +57,6 @@ def gradients_at(exp: Experiment, weights: list[dict], data: Dataset) -> list[tu
     program = None if exp.engine == "handkernel" else capture(exp)
     engine = make_engine(exp.engine, exp.device, program, exp.learning_rate)
     return [engine.loss_and_grad(params, images, labels) for params in weights]
-
-
-def trained_params(model_path) -> dict:
-    with np.load(model_path) as stored:
-        return {k.removeprefix("param/"): stored[k] for k in stored.files if k.startswith("param/")}
 
 
 def _entry(
@@ -130,7 +126,7 @@ def _check_pair(
         return [_entry(f"{prefix}/{b}", None, bounds[b], skipped=skipped) for b in wanted]
 
     if {"step0_loss_rel", "step0_grad_rel", "trained_grad_rel"} & set(wanted):
-        weights = [params, trained_params(ref_out["model"])]
+        weights = [params, load_model(ref_out["model"]).params]
         (ref_loss, ref_grad), (_, ref_trained) = gradients_at(reference, weights, data)
         (cand_loss, cand_grad), (_, cand_trained) = gradients_at(candidate, weights, data)
         if "step0_loss_rel" in wanted:
@@ -168,8 +164,8 @@ def _check_pair(
             )
         )
     if "predictions_equal_min" in wanted:
-        with np.load(ref_out["model"]) as r, np.load(cand_out["model"]) as c:
-            equal = float(np.mean(r["predictions"] == c["predictions"]))
+        ref_pred, cand_pred = (load_model(out["model"]).predictions for out in (ref_out, cand_out))
+        equal = float(np.mean(ref_pred == cand_pred))
         entries.append(
             _entry(f"{prefix}/predictions_equal", equal, bounds["predictions_equal_min"], at_most=False)
         )

@@ -134,6 +134,7 @@ def predict(args) -> str:
     from gradlanes.drawn import load_greyscale, mnist_style
     from gradlanes.experiment import resolve
     from gradlanes.interpreter import Interpreter
+    from gradlanes.lane import load_model
 
     root = _project(args.project)
     config = _config(root)
@@ -144,12 +145,10 @@ def predict(args) -> str:
             f"no trained weights for lane {args.lane!r} seed {args.seed} ({model_path}); "
             f"run `snakemake --cores all --until train_{args.lane}` first"
         )
-    with np.load(model_path) as stored:
-        if str(stored["status"]) != "ok":
-            raise CliError(
-                f"lane {args.lane!r} seed {args.seed} did not train here (status {stored['status']})"
-            )
-        params = {k.removeprefix("param/"): stored[k] for k in stored.files if k.startswith("param/")}
+    model = load_model(model_path)
+    if model.status != "ok":
+        raise CliError(f"lane {args.lane!r} seed {args.seed} did not train here (status {model.status})")
+    params = model.params
     pixels = mnist_style(load_greyscale(args.image))
     # The forward program for one image: same model, loss and weights, batch of one.
     single = {k: v for k, v in settings.items() if k != "epochs"} | {"batch_size": 1, "steps": 1}

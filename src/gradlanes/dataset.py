@@ -43,4 +43,3 @@ def load(path: str | Path, train_images: int | None = None, test_images: int | N
             test_labels=arrays["test_labels"][:test_images].astype(np.int32),
             test_pixels=test,
         )
-

@@ -34,7 +34,6 @@ def job_logging(
         yield logger
     except (UserFacingError, *expected) as error:
         logger.error("%s", error)
-        logging.shutdown()
         raise SystemExit(1) from None
     except BaseException:
         logger.exception("unexpected failure")

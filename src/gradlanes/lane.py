@@ -57,6 +57,21 @@ def save_model(path: Path, params: dict, predictions: np.ndarray | None, status:
             np.savez(handle, status=np.array(status), **arrays)
 
 
+@dataclass(frozen=True)
+class TrainedModel:
+    status: str  # "ok" or "skipped"
+    params: dict[str, np.ndarray]
+    predictions: np.ndarray | None  # test-set classes, in test order
+
+
+def load_model(path: Path) -> TrainedModel:
+    """What `save_model` wrote: the one reader of the model files (agreement, figures, CLI)."""
+    with np.load(path) as stored:
+        params = {k.removeprefix("param/"): stored[k] for k in stored.files if k.startswith("param/")}
+        predictions = stored["predictions"] if "predictions" in stored.files else None
+        return TrainedModel(str(stored["status"]), params, predictions)
+
+
 def run_lane(exp: Experiment, paths: LanePaths) -> dict:
     started = time.perf_counter()
     manifest = json.loads(Path(paths.manifest).read_text())

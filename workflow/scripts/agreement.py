@@ -10,6 +10,7 @@ from gradlanes.atomic import write_json
 from gradlanes.dataset import load
 from gradlanes.experiment import resolve
 from gradlanes.joblog import UserFacingError, job_logging
+from gradlanes.lane import load_initial_params
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 
@@ -22,6 +23,7 @@ with job_logging(smk.log[0]) as log:
     manifest = json.loads(Path(smk.input.manifest).read_text())
     inputs = int(np.prod(manifest["image_shape"]))
     checks = []
+    datasets = {}
     for seed in smk.params.seeds:
         for name, bounds in smk.params.checks.items():
             experiments = {
@@ -37,9 +39,11 @@ with job_logging(smk.log[0]) as log:
                 for role in ("reference", "candidate")
             }
             reference = experiments["reference"]
-            data = load(smk.input.arrays, reference.train_images, reference.test_images)
-            with np.load(smk.input[f"{reference.lane}/{seed}/init"]) as stored:
-                params = {k: stored[k] for k in stored.files}
+            sizes = (reference.train_images, reference.test_images)
+            if sizes not in datasets:  # every seed and check of one size shares one loaded copy
+                datasets[sizes] = load(smk.input.arrays, *sizes)
+            data = datasets[sizes]
+            params = load_initial_params(smk.input[f"{reference.lane}/{seed}/init"])
 
             def outputs(lane, seed=seed):
                 return {kind: smk.input[f"{lane}/{seed}/{kind}"] for kind in ("record", "curve", "model")}

@@ -8,6 +8,7 @@ import pandas as pd
 
 from gradlanes import figures
 from gradlanes.joblog import job_logging
+from gradlanes.lane import load_model
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 
@@ -24,10 +25,7 @@ with job_logging(smk.log[0]) as log:
     figures.accuracy_per_epoch(
         {lane: curves[lane] for lane in ok if lane in smk.params.minibatch}, smk.output.accuracy_per_epoch
     )
-    predictions = {}
-    for lane in ok:
-        with np.load(smk.input[f"{lane}/model"]) as model:
-            predictions[lane] = model["predictions"]
+    predictions = {lane: load_model(smk.input[f"{lane}/model"]).predictions for lane in ok}
     tested = min(len(p) for p in predictions.values())
     with np.load(smk.input.arrays) as arrays:
         pixels, labels = arrays["test_images"][:tested], arrays["test_labels"][:tested]

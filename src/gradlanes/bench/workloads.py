@@ -356,9 +356,9 @@ def softmax(images: np.ndarray, labels: np.ndarray, batch: int, steps: int) -> W
         state["p"], loss = handkernel.sgd_step(state["p"], x, y, 0.1)
         return loss
 
+    same_batch = SimpleNamespace(step=program.step, fused=fused_same_batch)
     work.runners = [
-        XlaRunner("xla", program.step, carry, data),
-        XlaRunner("xla_fused", program.step, carry, data, fused=fused_same_batch, fused_steps=steps),
+        *_xla_pair(same_batch, carry, data, steps),
         InterpreterRunner(program.step, carry, data),
         FunctionRunner("numpy", kernel_state, kernel_step),
         _torch_softmax(params, x, y),
