@@ -279,20 +279,44 @@ def find_unsupported(jaxpr: Jaxpr) -> set[str]:
     return missing
 
 
+def widened(dtype: Any) -> np.dtype:
+    """The float64 reference's dtype for `dtype`: every narrower float becomes float64.
+
+    float16 and bfloat16 widen too: the reference stands for the exact result, not for the
+    rounding a program asked for. Integers, booleans and float64 are left alone.
+    """
+    dtype = np.dtype(dtype)
+    if (dtype.kind == "f" and dtype.itemsize < 8) or dtype.name == "bfloat16":
+        return np.dtype(np.float64)
+    if dtype.kind == "c" and dtype.itemsize < 16:
+        return np.dtype(np.complex128)
+    return dtype
+
+
+def _widen_param(value: Any) -> Any:
+    """A dtype-valued equation parameter (`new_dtype`, `preferred_element_type`, ...) widened."""
+    if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
+        return widened(value)
+    return value
+
+
 class _Plan:
     """A jaxpr flattened into slot-addressed steps, built once and run many times.
 
     Equations whose operands are all literals or constants (the `broadcast_in_dim 0.0` and
     `div 1.0 64.0` that autodiff leaves behind) are evaluated once here, not on every call.
+    With `widen`, every float value the plan makes (literals, constants, dtype parameters such as
+    `convert_element_type`'s target, each equation's declared output dtype) is float64 instead.
     """
 
-    def __init__(self, jaxpr: Jaxpr, consts: Sequence[Any]):
+    def __init__(self, jaxpr: Jaxpr, consts: Sequence[Any], widen: bool = False):
         slots: dict[Any, int] = {}
         template: list[Any] = []
+        dtype_of = widened if widen else np.dtype
 
         def slot_of(var) -> int:
             if isinstance(var, Literal):
-                template.append(np.asarray(var.val, dtype=var.aval.dtype))
+                template.append(np.asarray(var.val, dtype=dtype_of(var.aval.dtype)))
                 return len(template) - 1
             if var not in slots:
                 slots[var] = len(template)
@@ -305,18 +329,21 @@ class _Plan:
 
         const_slots = [slot_of(v) for v in jaxpr.constvars]
         for slot, value in zip(const_slots, consts, strict=True):
-            template[slot] = np.asarray(value)
+            value = np.asarray(value)
+            template[slot] = value.astype(dtype_of(value.dtype), copy=False)
         self.input_slots = [slot_of(v) for v in jaxpr.invars]
         steps = []
         for eqn in jaxpr.eqns:
             ins = [slot_of(v) for v in eqn.invars]
             outs = [slot_of(v) for v in eqn.outvars]
-            dtypes = [np.dtype(v.aval.dtype) for v in eqn.outvars]
+            dtypes = [dtype_of(v.aval.dtype) for v in eqn.outvars]
             call = called_jaxpr(eqn)
             if call is not None:
-                fn, params, multiple = _Plan(*call).run, {}, True
+                fn, params, multiple = _Plan(*call, widen=widen).run, {}, True
             else:
                 fn, params = RULES[eqn.primitive.name], dict(eqn.params)
+                if widen:
+                    params = {key: _widen_param(value) for key, value in params.items()}
                 multiple = eqn.primitive.multiple_results
             if all(template[i] is not None for i in ins) and not eqn.effects:
                 result = fn(*[template[i] for i in ins], **params)
@@ -360,9 +387,14 @@ def _as_dtype(value: Any, dtype: np.dtype) -> Any:
 
 
 class Interpreter:
-    """Evaluate a closed jaxpr in NumPy. Checks the whole program for support when built."""
+    """Evaluate a closed jaxpr in NumPy. Checks the whole program for support when built.
 
-    def __init__(self, program: ClosedJaxpr, label: str = "program"):
+    `widen=True` makes the float64 reference of the same program: float inputs, literals,
+    constants and every float the program computes are float64, so its outputs are the exact
+    result to about 1e-16, against which a float32 engine's rounding can be measured.
+    """
+
+    def __init__(self, program: ClosedJaxpr, label: str = "program", *, widen: bool = False):
         missing = find_unsupported(program.jaxpr)
         if missing:
             raise UnsupportedPrimitive(
@@ -370,9 +402,15 @@ class Interpreter:
                 f"the captured {label}; add a rule to gradlanes.interpreter.RULES or run this "
                 "lane on engine 'xla'"
             )
-        self._plan = _Plan(program.jaxpr, program.consts)
+        self.widen = widen
+        self._plan = _Plan(program.jaxpr, program.consts, widen=widen)
+        self._input_dtypes = [widened(v.aval.dtype) if widen else None for v in program.jaxpr.invars]
 
     def __call__(self, *args: Any) -> list[np.ndarray]:
+        if self.widen:
+            args = [
+                np.asarray(a).astype(d, copy=False) for a, d in zip(args, self._input_dtypes, strict=True)
+            ]
         return [_materialize(value) for value in self._plan.run(*args)]
 
 
