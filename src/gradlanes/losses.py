@@ -32,3 +32,18 @@ def loss_numpy(name: str, logits: np.ndarray, labels: np.ndarray) -> float:
     shifted = logits - logits.max(axis=-1, keepdims=True)
     log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
     return float(-np.mean(np.sum(targets * log_probs, axis=-1)))
+
+
+def loss_grad_numpy(name: str, logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Per example b, d loss_b / d logits_b in float64 (not divided by the batch size).
+
+    The batch loss is the mean over examples of loss_b, so the batch gradient is this over B.
+    """
+    logits = np.asarray(logits, np.float64)
+    targets = np.eye(logits.shape[-1])[labels]
+    if name == "mse":
+        return 2.0 * (logits - targets) / logits.shape[-1]
+    if name == "xent":
+        shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        return shifted / shifted.sum(axis=-1, keepdims=True) - targets
+    raise ValueError(f"unknown loss {name!r}; choose one of {', '.join(LOSSES)}")
