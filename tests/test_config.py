@@ -86,9 +86,26 @@ def test_semantic_rules():
     message = problems_of(lambda c: c["lanes"]["softmax_kernel"].update(optimizer="adam"))
     assert "engine 'handkernel' implements only optimizer 'sgd'" in message
     message = problems_of(lambda c: c["lanes"]["host"].update(steps=10))
-    assert "'agreement.host_vs_xla_cpu' compares lanes that differ in steps" in message
-    message = problems_of(lambda c: c["agreement"]["host_vs_xla_cpu"].update(reference="nope"))
+    assert "'agreement.pairs.host_vs_xla_cpu' compares lanes that differ in steps" in message
+    message = problems_of(lambda c: c["agreement"]["pairs"]["host_vs_xla_cpu"].update(reference="nope"))
     assert "names lane(s) 'nope' not under 'lanes'" in message
+    message = problems_of(lambda c: c["lanes"]["host"].update(matmul_precision="tf32"))
+    assert "'lanes.host.matmul_precision' tf32 needs engine 'xla'" in message
+    message = problems_of(lambda c: c["lanes"]["xla_cpu"].update(matmul_precision="tf32"))
+    assert "compares lanes that differ in matmul_precision" in message
+
+
+def test_an_agreement_pair_in_the_old_layout_says_how_to_move_it():
+    def old_layout(config):
+        config["agreement"] = {
+            "host_vs_xla_cpu": {"reference": "xla_cpu", "candidate": "host", "step0_grad_rel": 1e-5}
+        }
+
+    message = problems_of(old_layout)
+    assert (
+        "'agreement.host_vs_xla_cpu' is a pair in the old layout: move it under 'agreement.pairs'" in message
+    )
+    assert "drop step0_grad_rel" in message
 
 
 def test_snakemake_rejects_bad_config_before_any_job(tmp_path):

@@ -116,19 +116,41 @@ def test_units_and_bounds():
     assert tf32 == 8192 and probabilistic_bound(400, tf32) == pytest.approx(CONFIDENCE * 20 * 8192)
 
 
-def test_per_example_scale_is_the_mean_magnitude_of_each_example_s_gradient():
+def test_error_scale_is_the_per_example_mean_magnitude_plus_the_rounding_floor():
     exp = softmax_experiment()
     params = {"w": 0.05 * rng.standard_normal((784, 10)).astype(np.float32), "b": np.zeros(10, np.float32)}
     images, labels = batch(exp.batch_size)
     loss_scale, grad_scale = per_example_scale(exp, params, images, labels, chunk=24)
-    logits = images.astype(np.float64) @ params["w"] + params["b"]
+    x = images.astype(np.float64)
+    logits = x @ params["w"] + params["b"]
     delta = loss_grad_numpy("xent", logits, labels)  # [B, C] per example
-    per_example_w = np.abs(images[:, :, None] * delta[:, None, :]).mean(axis=0)
-    np.testing.assert_allclose(grad_scale["w"], per_example_w, rtol=2e-5, atol=1e-9)
-    np.testing.assert_allclose(grad_scale["b"], np.abs(delta).mean(axis=0), rtol=2e-5)
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    losses = np.log(np.exp(shifted).sum(axis=1)) - shifted[np.arange(len(labels)), labels]
-    assert loss_scale == pytest.approx(losses.mean(), rel=1e-5)
+    target = np.eye(10)[labels]
+    magnitude = delta + 2 * target  # p + onehot, from delta = p - onehot
+    count = len(labels)
+    # the mean magnitude of each example's gradient, plus the random walk of each example's
+    # rounding floor: |x| (x) (p + onehot) for a softmax, whose 1 - p cancels when p ~ 1
+    mean_w = np.abs(x[:, :, None] * delta[:, None, :]).mean(axis=0)
+    floor_w = np.sqrt(((x[:, :, None] * magnitude[:, None, :]) ** 2).sum(axis=0)) / count
+    np.testing.assert_allclose(grad_scale["w"], mean_w + floor_w, rtol=2e-5, atol=1e-9)
+    floor_b = np.sqrt((magnitude**2).sum(axis=0)) / count
+    np.testing.assert_allclose(grad_scale["b"], np.abs(delta).mean(axis=0) + floor_b, rtol=2e-5)
+    top = logits.max(axis=1)
+    log_norm = np.log(np.exp(logits - top[:, None]).sum(axis=1))
+    losses = log_norm + top - logits[np.arange(count), labels]
+    terms = np.abs(logits[np.arange(count), labels]) + np.abs(top) + log_norm + 1
+    assert loss_scale == pytest.approx(losses.mean() + np.sqrt((terms**2).sum()) / count, rel=1e-5)
+
+
+def test_the_floor_keeps_the_scale_from_vanishing_on_confident_examples():
+    exp = softmax_experiment()
+    images, labels = batch(exp.batch_size)
+    confident = {"w": np.zeros((784, 10), np.float32), "b": np.zeros(10, np.float32)}
+    confident["b"][:] = -40.0
+    labels[:] = 3
+    confident["b"][3] = 40.0  # p(3) = 1 - 1e-35: every example's gradient underflows to ~0
+    loss_scale, grad_scale = per_example_scale(exp, confident, images, labels)
+    assert loss_scale > 1.0  # the loss (~1e-35) is computed from terms of size 40
+    assert grad_scale["b"][3] > 0.1  # 1 - p from p ~ 1: rounding of size u per example
 
 
 # ---- kinks ----------------------------------------------------------------------------------

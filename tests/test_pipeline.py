@@ -81,10 +81,18 @@ def test_agreement_passes_with_measured_values(subset_run):
     workdir, _ = subset_run
     report = json.loads((workdir / "results/checks/agreement.json").read_text())
     assert report["passed"] and report["counts"]["failed"] == 0
-    names = {check["name"] for check in report["checks"]}
-    assert "host_vs_xla_cpu/seed-0/step0_grad_rel" in names
-    assert "softmax_kernel_vs_xla/seed-0/accuracy_points" in names
-    assert all(isinstance(c["measured"], float) for c in report["checks"] if c["status"] == "ok")
+    checks = {check["name"]: check for check in report["checks"]}
+    for lane in ("xla_cpu", "host", "softmax_kernel", "softmax_xla", "mlp_stream"):
+        for kind in ("step0_loss", "step0_grad", "trained_loss", "trained_grad", "early_loss"):
+            check = checks[f"{lane}/seed-0/{kind}"]
+            assert check["status"] == "ok" and 0 <= check["measured"] <= check["bound"], check
+            assert check["fraction_of_bound"] == pytest.approx(check["measured"] / check["bound"])
+        errors = report["float64_reference"][lane]["seed-0"]
+        assert errors["trained_grad"]["measured"] == checks[f"{lane}/seed-0/trained_grad"]["measured"]
+    gpu = checks["xla_gpu/seed-0/step0_grad"]
+    assert gpu["status"] == ("ok" if HAS_GPU else "skipped") and gpu["passed"] is (True if HAS_GPU else None)
+    assert "softmax_kernel_vs_xla/seed-0/accuracy_points" in checks
+    assert checks["host_vs_xla_cpu/seed-0/predictions_equal"]["relation"] == ">="
 
 
 def test_curves_and_digits(subset_run):
@@ -122,10 +130,10 @@ def test_dry_run_with_everything_done_has_nothing_to_do(subset_run):
 
 def test_a_failed_agreement_check_fails_the_dag(subset_run):
     workdir, mirror = subset_run
-    strict = {**mirror, "agreement": {"host_vs_xla_cpu": {"step0_grad_rel": 0.0}}}
+    strict = {**mirror, "agreement": {"early_loss_u": 1e-3}}
     process = run_snakemake(workdir, configfile=SUBSET, overrides=strict)
     assert process.returncode != 0
-    assert "agreement checks failed: host_vs_xla_cpu/seed-0/step0_grad_rel measured" in output_of(process)
+    assert "agreement checks failed: host/seed-0/early_loss measured" in output_of(process)
 
 
 def test_summary_figures_and_report(subset_run):

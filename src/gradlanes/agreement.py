@@ -1,118 +1,247 @@
-"""Agreement checks: the evidence that different lanes ran the same program.
+"""Agreement checks: the evidence that every lane ran the same program, in units that mean something.
 
-For a (reference, candidate) pair of lanes that share an experiment, per seed:
-- step 0, on the same weights and batch, recomputed here with both engines: loss relative
-  difference and gradient relative difference ||g_c - g_r|| / ||g_r||; the gradient is compared
-  again at the reference lane's trained weights, where no weight is zero and every path is live;
-- the first N training losses (from the lanes' curves): the largest relative difference;
-- end of run: final loss relative difference, share of equal test predictions, accuracy gap in points.
-Each check reports its measured value beside its bound; a lane that was skipped makes its checks
-`skipped`, never `passed`.
+Per lane and seed, against the float64 reference of the lane's own captured program
+(`Interpreter(program, widen=True)`), on the seed's first batch:
+- `step0_loss`, `step0_grad`: the engine's loss and gradient at the initial weights;
+- `trained_loss`, `trained_grad`: the same at the lane's own trained weights, where no weight is
+  zero and every path is live;
+each in float32 units of that quantity (`gradlanes.numerics`) with a bound derived from the
+program's reduction lengths, and ReLU decisions that float32 cannot make granted
+(`gradlanes.kinks`);
+- `early_loss`: the lane's first training losses (from its curve) against the float64 reference
+  trained for the same steps on the same batches, in float32 units of the loss; Adam's division by
+  sqrt(v) + eps amplifies rounding along a trajectory, so this bound is calibrated, not derived.
+
+Per configured pair of lanes running one experiment, at the end of a long run where float32 runs
+have drifted apart chaotically: final-loss relative difference, share of equal test predictions
+and accuracy gap, with bounds calibrated from the spread measured across kernels and seeds
+(`results/checks/calibration.md`).
+
+Every check reports its measured value, bound and the fraction of the bound used; a lane that was
+skipped makes its checks `skipped`, never `passed`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from gradlanes.batching import first_batch
-from gradlanes.capture import capture
+from gradlanes.batching import batch_order, first_batch
+from gradlanes.capture import CapturedProgram, capture
 from gradlanes.dataset import Dataset
 from gradlanes.engines import make_engine
 from gradlanes.experiment import Experiment
+from gradlanes.interpreter import Interpreter
+from gradlanes.kinks import grant_kink_decisions
 from gradlanes.lane import load_model
+from gradlanes.numerics import (
+    FLOAT32_U,
+    MATMUL_UNIT_ROUNDOFF,
+    per_example_scale,
+    probabilistic_bound,
+    reduction_chain,
+    scalar_error,
+    scaled_error,
+)
 
 log = logging.getLogger(__name__)
-BOUNDS = (
-    "step0_loss_rel",
-    "step0_grad_rel",
-    "trained_grad_rel",
-    "early_loss_rel",
-    "final_loss_rel",
-    "predictions_equal_min",
-    "accuracy_points_max",
-)
+
+#: Pair bounds a config may set (all calibrated); the float64-reference checks need no setting.
+PAIR_BOUNDS = ("final_loss_rel", "predictions_equal_min", "accuracy_points_max")
+
+
+@dataclass
+class Check:
+    """One measured quantity beside its bound."""
+
+    name: str
+    check: str  # the lane (reference checks) or the pair's name
+    seed: int
+    lanes: list[str]
+    measured: float | None
+    bound: float | None  # None only when skipped before the bound could be derived
+    relation: str = "<="
+    unit: str = "float32 units"
+    status: str = "ok"  # ok, failed or skipped
+    reason: str | None = None
+    details: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.status == "skipped":
+            return
+        within = self.measured <= self.bound if self.relation == "<=" else self.measured >= self.bound
+        self.status = "ok" if within and math.isfinite(self.measured) else "failed"
+
+    @property
+    def passed(self) -> bool | None:
+        return None if self.status == "skipped" else self.status == "ok"
+
+    @property
+    def fraction_of_bound(self) -> float | None:
+        """How much of its bound the check used: 1 is the edge (for >=, of the allowed shortfall)."""
+        if self.measured is None:
+            return None
+        if self.relation == "<=":
+            return self.measured / self.bound if self.bound else (0.0 if self.measured == 0 else math.inf)
+        allowed = 1.0 - self.bound
+        return (1.0 - self.measured) / allowed if allowed else (0.0 if self.measured >= 1 else math.inf)
+
+    def as_dict(self) -> dict:
+        entry = asdict(self)
+        entry.update(passed=self.passed, fraction_of_bound=self.fraction_of_bound)
+        if self.measured is not None and self.relation == "<=":
+            entry["margin"] = self.bound - self.measured
+        elif self.measured is not None:
+            entry["margin"] = self.measured - self.bound
+        else:
+            entry["margin"] = None
+        return entry
+
+
+def skipped(name: str, check: str, seed: int, lanes: list[str], bound: float | None, reason: str) -> Check:
+    return Check(name, check, seed, lanes, None, bound, status="skipped", reason=reason)
+
+
+@dataclass(frozen=True)
+class LaneFiles:
+    record: Path
+    curve: Path
+    model: Path
+
+
+def lane_batch(exp: Experiment, data: Dataset) -> tuple[np.ndarray, np.ndarray]:
+    """The seed's first training batch: what every lane's first step saw."""
+    indices = first_batch(exp.seed, exp.train_images, exp.batch_size)
+    if indices is None:
+        return data.train_images, data.train_labels
+    return data.train_images[indices], data.train_labels[indices]
+
+
+def unit_ratio(exp: Experiment) -> float:
+    """The lane's matmul unit roundoff over float32's: 1 at `highest`, 8,192 at TF32."""
+    return MATMUL_UNIT_ROUNDOFF[exp.matmul_precision] / FLOAT32_U
+
+
+def point_checks(
+    exp: Experiment, program: CapturedProgram, engine, label: str, params: dict, data: Dataset
+) -> list[Check]:
+    """Loss and gradient of the lane's engine at `params` against the float64 reference."""
+    images, labels = lane_batch(exp, data)
+    reference = Interpreter(program.gradient, "gradient program (float64 reference)", widen=True)
+    ref_loss, *ref_leaves = reference(*program.flatten_params(params), images, labels)
+    loss, grads = engine.loss_and_grad(params, images, labels)
+    loss_scale, grad_scale = per_example_scale(exp, params, images, labels)
+    ref_grads, undecidable, granted = grant_kink_decisions(
+        exp, params, images, labels, grads, program.unflatten_params(ref_leaves)
+    )
+    chains = reduction_chain(program.gradient.jaxpr)
+    flat = program.flatten_params
+    prefix, lanes = f"{exp.lane}/seed-{exp.seed}", [exp.lane]
+    return [
+        Check(
+            f"{prefix}/{label}_loss",
+            exp.lane,
+            exp.seed,
+            lanes,
+            scalar_error(loss, float(ref_loss), loss_scale),
+            probabilistic_bound(chains[0], unit_ratio(exp)),
+            details={"reduction_chain": chains[0], "scale": loss_scale},
+        ),
+        Check(
+            f"{prefix}/{label}_grad",
+            exp.lane,
+            exp.seed,
+            lanes,
+            scaled_error(flat(grads), flat(ref_grads), flat(grad_scale)),
+            probabilistic_bound(max(chains[1:]), unit_ratio(exp)),
+            details={
+                "reduction_chain": max(chains[1:]),
+                "kinks_undecidable": undecidable,
+                "kinks_granted": granted,
+                "error_without_granting": scaled_error(flat(grads), ref_leaves, flat(grad_scale)),
+            },
+        ),
+    ]
+
+
+def reference_trajectory(exp: Experiment, program: CapturedProgram, params: dict, data: Dataset, steps: int):
+    """The float64 reference's first `steps` training losses, on the lane's own batches."""
+    step = Interpreter(program.step, "step program (float64 reference)", widen=True)
+    init = Interpreter(program.init_state, "optimizer-init program (float64 reference)", widen=True)
+    leaves = program.flatten_params(params)
+    carry = [*leaves, *init(*leaves)]
+    losses = []
+    for indices in batch_order(exp.seed, exp.train_images, exp.batch_size, steps):
+        images = data.train_images if indices is None else data.train_images[indices]
+        labels = data.train_labels if indices is None else data.train_labels[indices]
+        *carry, loss = step(*carry, images, labels)
+        losses.append(float(loss))
+    return losses
+
+
+def reference_checks(
+    exp: Experiment,
+    files: LaneFiles,
+    initial: dict,
+    data: Dataset,
+    early_steps: int,
+    early_bound: float | None,
+) -> list[Check]:
+    """Every float64-reference check of one lane and seed."""
+    record = json.loads(Path(files.record).read_text())
+    names = ["step0_loss", "step0_grad", "trained_loss", "trained_grad"]
+    if early_bound is not None:
+        names.append("early_loss")
+    prefix = f"{exp.lane}/seed-{exp.seed}"
+    if record["status"] != "ok":
+        reason = f"lane {exp.lane} was {record['status']}: {record['reason']}"
+        return [skipped(f"{prefix}/{n}", exp.lane, exp.seed, [exp.lane], None, reason) for n in names]
+    program = capture(exp)
+    engine = make_engine(exp.engine, exp.device, program, exp.learning_rate)
+    checks = point_checks(exp, program, engine, "step0", initial, data)
+    checks += point_checks(exp, program, engine, "trained", load_model(files.model).params, data)
+    if early_bound is not None:
+        count = min(early_steps, exp.steps)
+        lane_losses = train_losses(files.curve)[:count]
+        ref_losses = reference_trajectory(exp, program, initial, data, count)
+        errors = [scalar_error(c, r, r) for c, r in zip(lane_losses, ref_losses, strict=True)]
+        worst = int(np.argmax(errors))
+        checks.append(
+            Check(
+                f"{prefix}/early_loss",
+                exp.lane,
+                exp.seed,
+                [exp.lane],
+                errors[worst],
+                early_bound,
+                details={"steps": count, "worst_step": worst + 1, "per_step": errors},
+            )
+        )
+    return checks
 
 
 def relative(candidate: float, reference: float) -> float:
     return abs(candidate - reference) / max(abs(reference), np.finfo(np.float64).tiny)
 
 
-def gradient_relative(candidate: dict, reference: dict) -> float:
-    diff = np.sqrt(sum(np.sum((np.float64(candidate[k]) - reference[k]) ** 2) for k in reference))
-    norm = np.sqrt(sum(np.sum(np.float64(reference[k]) ** 2) for k in reference))
-    return float(diff / norm)
-
-
-def gradients_at(exp: Experiment, weights: list[dict], data: Dataset) -> list[tuple[float, dict]]:
-    """Loss and gradient of `exp`'s engine at each set of weights, on the seed's first batch."""
-    indices = first_batch(exp.seed, exp.train_images, exp.batch_size)
-    images = data.train_images if indices is None else data.train_images[indices]
-    labels = data.train_labels if indices is None else data.train_labels[indices]
-    program = None if exp.engine == "handkernel" else capture(exp)
-    engine = make_engine(exp.engine, exp.device, program, exp.learning_rate)
-    return [engine.loss_and_grad(params, images, labels) for params in weights]
-
-
-def _entry(
-    name: str, measured: float | None, bound: float, at_most: bool = True, skipped: str | None = None
-) -> dict:
-    if skipped:
-        return {
-            "name": name,
-            "measured": None,
-            "bound": bound,
-            "passed": None,
-            "status": "skipped",
-            "reason": skipped,
-        }
-    passed = measured <= bound if at_most else measured >= bound
-    return {
-        "name": name,
-        "measured": measured,
-        "bound": bound,
-        "passed": bool(passed),
-        "status": "ok" if passed else "failed",
-        "relation": "<=" if at_most else ">=",
-    }
-
-
-def check_pair(
-    name: str,
-    bounds: dict,
-    reference: Experiment,
-    candidate: Experiment,
-    outputs: Callable[[str], dict],
-    params: dict,
-    data: Dataset,
-) -> list[dict]:
-    """All configured checks of one pair for one seed; `outputs(lane)` gives a lane's files."""
-    prefix = f"{name}/seed-{reference.seed}"
+def pair_checks(
+    name: str, bounds: dict, reference: Experiment, candidate: Experiment, outputs: Callable[[str], LaneFiles]
+) -> list[Check]:
+    """The calibrated end-of-run checks of one configured pair for one seed."""
+    prefix, seed = f"{name}/seed-{reference.seed}", reference.seed
+    lanes = [reference.lane, candidate.lane]
     ref_out, cand_out = outputs(reference.lane), outputs(candidate.lane)
-    entries = _check_pair(prefix, bounds, reference, candidate, ref_out, cand_out, params, data)
-    for entry in entries:
-        entry.update(check=name, seed=reference.seed, lanes=[reference.lane, candidate.lane])
-    return entries
-
-
-def _check_pair(
-    prefix: str,
-    bounds: dict,
-    reference: Experiment,
-    candidate: Experiment,
-    ref_out: dict,
-    cand_out: dict,
-    params: dict,
-    data: Dataset,
-) -> list[dict]:
-    ref_rec = json.loads(Path(ref_out["record"]).read_text())
-    cand_rec = json.loads(Path(cand_out["record"]).read_text())
-    skipped = next(
+    ref_rec, cand_rec = (json.loads(Path(out.record).read_text()) for out in (ref_out, cand_out))
+    wanted = [b for b in PAIR_BOUNDS if bounds.get(b) is not None]
+    short = {"final_loss_rel": "final_loss_rel", "predictions_equal_min": "predictions_equal"}
+    reason = next(
         (
             f"lane {r['lane']} was {r['status']}: {r['reason']}"
             for r in (ref_rec, cand_rec)
@@ -120,72 +249,81 @@ def _check_pair(
         ),
         None,
     )
-    entries: list[dict] = []
-    wanted = [b for b in BOUNDS if bounds.get(b) is not None]
-    if skipped:
-        return [_entry(f"{prefix}/{b}", None, bounds[b], skipped=skipped) for b in wanted]
-
-    if {"step0_loss_rel", "step0_grad_rel", "trained_grad_rel"} & set(wanted):
-        weights = [params, load_model(ref_out["model"]).params]
-        (ref_loss, ref_grad), (_, ref_trained) = gradients_at(reference, weights, data)
-        (cand_loss, cand_grad), (_, cand_trained) = gradients_at(candidate, weights, data)
-        if "step0_loss_rel" in wanted:
-            entries.append(
-                _entry(f"{prefix}/step0_loss_rel", relative(cand_loss, ref_loss), bounds["step0_loss_rel"])
-            )
-        if "step0_grad_rel" in wanted:
-            entries.append(
-                _entry(
-                    f"{prefix}/step0_grad_rel",
-                    gradient_relative(cand_grad, ref_grad),
-                    bounds["step0_grad_rel"],
-                )
-            )
-        if "trained_grad_rel" in wanted:
-            entries.append(
-                _entry(
-                    f"{prefix}/trained_grad_rel",
-                    gradient_relative(cand_trained, ref_trained),
-                    bounds["trained_grad_rel"],
-                )
-            )
-    if "early_loss_rel" in wanted:
-        count = bounds.get("early_steps", 10)
-        ref_losses = _train_losses(ref_out["curve"])[:count]
-        cand_losses = _train_losses(cand_out["curve"])[:count]
-        worst = max(relative(c, r) for c, r in zip(cand_losses, ref_losses, strict=True))
-        entries.append(_entry(f"{prefix}/early_loss_rel", worst, bounds["early_loss_rel"]))
+    if reason:
+        return [
+            skipped(f"{prefix}/{short.get(b, 'accuracy_points')}", name, seed, lanes, bounds[b], reason)
+            for b in wanted
+        ]
+    checks = []
     if "final_loss_rel" in wanted:
-        entries.append(
-            _entry(
+        measured = relative(cand_rec["loss"]["final"], ref_rec["loss"]["final"])
+        checks.append(
+            Check(
                 f"{prefix}/final_loss_rel",
-                relative(cand_rec["loss"]["final"], ref_rec["loss"]["final"]),
+                name,
+                seed,
+                lanes,
+                measured,
                 bounds["final_loss_rel"],
+                unit="relative",
             )
         )
     if "predictions_equal_min" in wanted:
-        ref_pred, cand_pred = (load_model(out["model"]).predictions for out in (ref_out, cand_out))
+        ref_pred, cand_pred = (load_model(out.model).predictions for out in (ref_out, cand_out))
         equal = float(np.mean(ref_pred == cand_pred))
-        entries.append(
-            _entry(f"{prefix}/predictions_equal", equal, bounds["predictions_equal_min"], at_most=False)
+        checks.append(
+            Check(
+                f"{prefix}/predictions_equal",
+                name,
+                seed,
+                lanes,
+                equal,
+                bounds["predictions_equal_min"],
+                ">=",
+                "share",
+            )
         )
     if "accuracy_points_max" in wanted:
         gap = abs(cand_rec["accuracy"]["percent"] - ref_rec["accuracy"]["percent"])
-        entries.append(_entry(f"{prefix}/accuracy_points", gap, bounds["accuracy_points_max"]))
-    return entries
+        checks.append(
+            Check(
+                f"{prefix}/accuracy_points",
+                name,
+                seed,
+                lanes,
+                gap,
+                bounds["accuracy_points_max"],
+                unit="points",
+            )
+        )
+    return checks
 
 
-def _train_losses(curve_path) -> np.ndarray:
+def train_losses(curve_path) -> np.ndarray:
     curve = pd.read_parquet(curve_path)
     return curve.loc[curve["kind"] == "train"].sort_values("step")["loss"].to_numpy()
 
 
-def summarize(checks: list[dict]) -> dict:
-    failed = [c for c in checks if c["status"] == "failed"]
+#: The float64-reference checks shown per lane in the summary: the loss and the gradient.
+REFERENCE_KINDS = ("step0_loss", "step0_grad", "trained_loss", "trained_grad", "early_loss")
+
+
+def summarize(checks: list[Check]) -> dict:
+    """The agreement report: verdict, counts, every check, and each lane's float64-reference errors."""
+    failed = [c for c in checks if c.status == "failed"]
+    reference: dict[str, dict[str, dict]] = {}
+    for c in checks:
+        kind = c.name.rsplit("/", 1)[-1]
+        if kind in REFERENCE_KINDS and c.check in c.lanes and len(c.lanes) == 1:
+            entry = reference.setdefault(c.check, {}).setdefault(f"seed-{c.seed}", {})
+            entry[kind] = {"measured": c.measured, "bound": c.bound, "status": c.status}
     return {
         "passed": not failed,
-        "counts": {
-            status: sum(c["status"] == status for c in checks) for status in ("ok", "failed", "skipped")
-        },
-        "checks": checks,
+        "unit": "float64-reference checks: float32 units, u = 2^-24 times the quantity's error scale",
+        "counts": {s: sum(c.status == s for c in checks) for s in ("ok", "failed", "skipped")},
+        "worst_fraction_of_bound": max(
+            (c.fraction_of_bound for c in checks if c.measured is not None), default=None
+        ),
+        "float64_reference": reference,
+        "checks": [c.as_dict() for c in checks],
     }

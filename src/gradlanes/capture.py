@@ -20,6 +20,10 @@ from gradlanes.losses import loss_fn
 from gradlanes.models import forward
 from gradlanes.optim import make_optimizer
 
+#: A lane's `matmul_precision` as JAX names it. Captured into every dot_general of the program, so
+#: XLA on a GPU computes float32 products in float32 (not TF32) unless the lane asks for tf32.
+JAX_PRECISION = {"highest": "highest", "tf32": "tensorfloat32"}
+
 
 def count_equations(jaxpr: Jaxpr) -> int:
     """Equations of `jaxpr` plus those of every nested jaxpr, recursively."""
@@ -100,7 +104,16 @@ def _programs(exp: Experiment):
 
 
 def capture(exp: Experiment, eval_batch: int | None = None) -> CapturedProgram:
-    """Trace the experiment's programs with `jax.make_jaxpr`; nothing is compiled."""
+    """Trace the experiment's programs with `jax.make_jaxpr`; nothing is compiled.
+
+    Traced at the lane's matmul precision, so the precision is part of the program every engine
+    receives (the NumPy engines compute float32 products exactly as `highest` asks).
+    """
+    with jax.default_matmul_precision(JAX_PRECISION[exp.matmul_precision]):
+        return _capture(exp, eval_batch)
+
+
+def _capture(exp: Experiment, eval_batch: int | None) -> CapturedProgram:
     eval_batch = eval_batch or exp.test_images
     logits_of, gradient, init_state, train_step, fused_steps = _programs(exp)
     params = {name: jax.ShapeDtypeStruct(shape, jnp.float32) for name, shape in exp.model.shapes().items()}

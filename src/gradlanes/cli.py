@@ -43,6 +43,8 @@ def _lane_settings(config: dict, lane: str) -> dict:
 def table(args) -> str:
     import pandas as pd
 
+    from gradlanes.summary import reference_text
+
     root = _project(args.project)
     path = root / "results" / "summary.parquet"
     if not path.is_file():
@@ -60,6 +62,7 @@ def table(args) -> str:
             "compiles",
             "test accuracy",
             "95 % CI",
+            "f64-ref u: loss / grad",
             "agreement",
         ]
     ]
@@ -72,6 +75,7 @@ def table(args) -> str:
                     f"{row.device_requested} ({row.status})",
                     f"{row.steps:,}",
                     str(row.batch),
+                    "—",
                     "—",
                     "—",
                     "—",
@@ -98,6 +102,7 @@ def table(args) -> str:
                 str(int(row.compiles_train)),
                 f"{row.correct:,}/{row.tested:,} = {100 * row.correct / row.tested:.2f} %",
                 ci,
+                reference_text(row) if hasattr(row, "ref_grad_u") else "—",
                 row.agreement,
             ]
         )

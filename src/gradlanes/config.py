@@ -115,6 +115,7 @@ SHARED_EXPERIMENT = (
     "epochs",
     "train_images",
     "test_images",
+    "matmul_precision",
 )
 
 
@@ -132,17 +133,22 @@ def semantic_errors(config: Mapping) -> list[str]:
                 )
         if lane.get("engine") != "xla" and lane.get("device", "cpu") != "cpu":
             problems.append(f"'lanes.{name}.device' is only meaningful for engine 'xla'")
+        if lane.get("engine") != "xla" and lane.get("matmul_precision", "highest") != "highest":
+            problems.append(
+                f"'lanes.{name}.matmul_precision' tf32 needs engine 'xla'; NumPy engines compute "
+                "float32 products in float32 (highest)"
+            )
         if lane.get("engine") != "xla" and lane.get("fuse_steps", 1) != 1:
             problems.append(f"'lanes.{name}.fuse_steps' needs engine 'xla' (it compiles a scan of steps)")
         batch, train = lane.get("batch_size"), lane.get("train_images", "all")
         if isinstance(batch, int) and isinstance(train, int) and batch > train:
             problems.append(f"'lanes.{name}.batch_size' is {batch}, larger than train_images {train}")
-    for name, check in config.get("agreement", {}).items():
+    for name, check in config.get("agreement", {}).get("pairs", {}).items():
         pair = [check.get("reference"), check.get("candidate")]
         missing = [lane for lane in pair if lane not in lanes]
         if missing:
             problems.append(
-                f"'agreement.{name}' names lane(s) {', '.join(map(repr, missing))} not under "
+                f"'agreement.pairs.{name}' names lane(s) {', '.join(map(repr, missing))} not under "
                 f"'lanes' (lanes: {', '.join(lanes)})"
             )
             continue
@@ -150,8 +156,30 @@ def semantic_errors(config: Mapping) -> list[str]:
         differing = [k for k in SHARED_EXPERIMENT if reference.get(k) != candidate.get(k)]
         if differing:
             problems.append(
-                f"'agreement.{name}' compares lanes that differ in {', '.join(differing)}; "
+                f"'agreement.pairs.{name}' compares lanes that differ in {', '.join(differing)}; "
                 "an agreement check needs the same experiment on both lanes"
+            )
+    return problems
+
+
+#: Agreement keys of the layout before the float64 reference, and what replaced them.
+RETIRED_PAIR_KEYS = ("step0_loss_rel", "step0_grad_rel", "trained_grad_rel", "early_loss_rel", "early_steps")
+
+
+def retired_agreement_errors(config: Mapping) -> list[str]:
+    """An agreement section in the old layout gets one line saying how to move it, not a key dump."""
+    problems = []
+    for name, value in (config.get("agreement") or {}).items():
+        if isinstance(value, Mapping) and "reference" in value:
+            retired = [k for k in RETIRED_PAIR_KEYS if k in value]
+            problems.append(
+                f"'agreement.{name}' is a pair in the old layout: move it under 'agreement.pairs'"
+                + (
+                    f" and drop {', '.join(retired)} (every lane is now checked against the float64 "
+                    "reference with derived bounds; 'agreement.early_loss_u' bounds the early losses)"
+                    if retired
+                    else ""
+                )
             )
     return problems
 
@@ -159,7 +187,7 @@ def semantic_errors(config: Mapping) -> list[str]:
 def check_config(config: Mapping, schema_path: str | Path) -> None:
     """Raise `ConfigError` listing every problem in `config`, one line each."""
     schema = load_schema(schema_path)
-    problems = schema_errors(config, schema)
+    problems = retired_agreement_errors(config) or schema_errors(config, schema)
     if not problems:
         problems = semantic_errors(config)
     if problems:

@@ -32,6 +32,7 @@ class Experiment:
     eval_every: int
     log_rows: int
     fuse_steps: int = 1
+    matmul_precision: str = "highest"  # the captured program's dot precision: highest or tf32
 
     @property
     def epochs(self) -> float:
@@ -57,6 +58,7 @@ class Experiment:
             "test_images": self.test_images,
             "eval_every": self.eval_every,
             "fuse_steps": self.fuse_steps,
+            "matmul_precision": self.matmul_precision,
         }
 
     def as_dict(self) -> dict[str, Any]:
@@ -118,4 +120,14 @@ def resolve(
         eval_every=steps_per_epoch if not full_batch else int(settings.get("eval_every", 50)),
         log_rows=int(settings.get("log_rows", 12)),
         fuse_steps=fuse_steps,
+        matmul_precision=settings.get("matmul_precision", "highest"),
     )
+
+
+def resolve_from_manifest(lane: str, settings: dict, seed: int, manifest: dict) -> Experiment:
+    """`resolve` with the dataset's sizes read from the manifest `prepare_dataset` wrote."""
+    inputs = 1
+    for size in manifest["image_shape"]:
+        inputs *= int(size)
+    counts = manifest["counts"]
+    return resolve(lane, settings, seed, inputs, manifest["classes"], counts["train"], counts["test"])

@@ -47,3 +47,23 @@ def loss_grad_numpy(name: str, logits: np.ndarray, labels: np.ndarray) -> np.nda
         shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
         return shifted / shifted.sum(axis=-1, keepdims=True) - targets
     raise ValueError(f"unknown loss {name!r}; choose one of {', '.join(LOSSES)}")
+
+
+def term_magnitudes(name: str, logits: jax.Array, label: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """For one example: the magnitude of the terms its loss is computed from, and of its cotangent's.
+
+    Rounding works on these terms, not on their difference: a confident softmax computes 1 - p from
+    p ~ 1 and a loss log(1 + tiny) from sums near 1, so the loss and its gradient can be far smaller
+    than their rounding errors. Returns (loss term magnitude, d loss / d logits term magnitudes [C]).
+    """
+    target = jax.nn.one_hot(label, logits.shape[-1], dtype=logits.dtype)
+    if name == "mse":
+        diff = jnp.abs(logits - target)
+        terms = jnp.abs(logits) + target
+        return jnp.mean(2 * diff * terms + diff**2), 2 * terms / logits.shape[-1]
+    if name == "xent":
+        top = jnp.max(logits)
+        log_norm = jnp.log(jnp.sum(jnp.exp(logits - top)))
+        picked = jnp.sum(target * logits)
+        return jnp.abs(picked) + jnp.abs(top) + log_norm + 1.0, jax.nn.softmax(logits) + target
+    raise ValueError(f"unknown loss {name!r}; choose one of {', '.join(LOSSES)}")

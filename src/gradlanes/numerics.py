@@ -112,33 +112,51 @@ def scalar_error(candidate: float, reference: float, scale: float) -> float:
     return diff / (FLOAT32_U * abs(scale))
 
 
-def per_example_scale(exp, params: dict, images: np.ndarray, labels: np.ndarray, chunk: int = 512):
-    """Mean |loss_b| and, per parameter, mean |grad loss_b| over the batch's examples.
+def per_example_scale(exp, params: dict, images: np.ndarray, labels: np.ndarray, chunk: int = 256):
+    """The error scale of the batch loss and of each gradient component: mean + floor.
 
-    The batch loss is the mean of per-example losses (both of gradlanes' losses are), so these are
-    the magnitudes its reductions sum. Computed with `jax.vmap` in float32: a scale needs no more.
+    mean: the mean magnitude of the per-example contributions, |loss_b| and |grad loss_b|, which
+    the batch mean sums; it does not vanish when examples cancel each other near a minimum.
+    floor: what `mean` misses when an example's own terms cancel (a confidently classified example
+    computes 1 - p from p ~ 1): each example's rounding acts on its term magnitudes
+    (`losses.term_magnitudes`, carried to the weights through the network on |weights| and
+    |inputs|), and those independent per-example errors add over the batch as a random walk,
+    sqrt(sum_b a_b^2) / B. Computed with `jax.vmap` in float32, outside the captured program.
     """
     import jax
     import jax.numpy as jnp
 
-    from gradlanes.losses import loss_fn
+    from gradlanes.losses import loss_fn, term_magnitudes
     from gradlanes.models import forward
 
     def example(p, x, label):
         return loss_fn(exp.loss, forward(exp.model, p, x[None]), label[None])
 
-    @jax.jit
-    def magnitudes(p, xs, ls):
-        losses, grads = jax.vmap(jax.value_and_grad(example), in_axes=(None, 0, 0))(p, xs, ls)
-        return jnp.abs(losses).sum(), jax.tree_util.tree_map(lambda g: jnp.abs(g).sum(axis=0), grads)
+    def terms(p, x, label):
+        loss, grads = jax.value_and_grad(example)(p, x, label)
+        loss_terms, cotangent = term_magnitudes(exp.loss, forward(exp.model, p, x[None])[0], label)
+        magnitudes = jax.tree_util.tree_map(jnp.abs, p)
+        _, pullback = jax.vjp(lambda q: forward(exp.model, q, jnp.abs(x)[None])[0], magnitudes)
+        (floor,) = pullback(cotangent)
+        return jnp.abs(loss), grads, loss_terms, floor
 
-    loss_total, grad_total = 0.0, None
-    for start in range(0, len(labels), chunk):
-        part_loss, part_grads = magnitudes(
-            params, images[start : start + chunk], labels[start : start + chunk]
-        )
-        loss_total += float(part_loss)
-        part = {k: np.asarray(v, np.float64) for k, v in part_grads.items()}
-        grad_total = part if grad_total is None else {k: grad_total[k] + part[k] for k in part}
+    @jax.jit
+    def sums(p, xs, ls):
+        loss, grads, loss_terms, floor = jax.vmap(terms, in_axes=(None, 0, 0))(p, xs, ls)
+        total = jax.tree_util.tree_map(lambda g: jnp.abs(g).sum(axis=0), grads)
+        squares = jax.tree_util.tree_map(lambda f: jnp.square(f).sum(axis=0), floor)
+        return loss.sum(), jnp.square(loss_terms).sum(), total, squares
+
+    parts = [sums(params, images[s : s + chunk], labels[s : s + chunk]) for s in range(0, len(labels), chunk)]
     count = len(labels)
-    return loss_total / count, {k: v / count for k, v in grad_total.items()}
+
+    def combine(index):
+        first = parts[0][index]
+        if isinstance(first, dict):
+            return {k: sum(np.asarray(part[index][k], np.float64) for part in parts) for k in first}
+        return float(sum(float(part[index]) for part in parts))
+
+    loss_total, loss_squares, grad_total, grad_squares = (combine(i) for i in range(4))
+    loss_scale = loss_total / count + np.sqrt(loss_squares) / count
+    grad_scale = {k: grad_total[k] / count + np.sqrt(grad_squares[k]) / count for k in grad_total}
+    return loss_scale, grad_scale

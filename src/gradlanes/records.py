@@ -8,6 +8,7 @@ test loss and accuracy per evaluation) and `digits.txt`.
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pandas as pd
 from gradlanes.atomic import atomic_path, write_json, write_text
 from gradlanes.environment import REPO, environment
 from gradlanes.experiment import Experiment
+from gradlanes.numerics import MATMUL_UNIT_ROUNDOFF
 
 SCHEMA_VERSION = 1
 RECORD_SCHEMA = REPO / "workflow" / "schemas" / "record.schema.json"
@@ -76,8 +78,20 @@ def base_record(exp: Experiment, dataset_sha256: dict, status: str, reason: str 
         "loss": {"first": None, "final": None, "failed_step": None},
         "accuracy": {"correct": None, "total": None, "percent": None},
         "dataset": {"name": None, "sha256": dataset_sha256},
+        "numerics": numerics_record(exp),
         "environment": environment(),
         "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def numerics_record(exp: Experiment) -> dict:
+    """The arithmetic the lane ran with: matmul precision and the kernel choices that set rounding."""
+    return {
+        "float": "float32",
+        "matmul_precision": exp.matmul_precision,
+        "matmul_unit_roundoff": MATMUL_UNIT_ROUNDOFF[exp.matmul_precision],
+        "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
+        "xla_flags": os.environ.get("XLA_FLAGS"),
     }
 
 

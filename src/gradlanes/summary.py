@@ -87,7 +87,30 @@ def agreement_verdicts(report: dict) -> dict[str, str]:
     return verdicts
 
 
-def lane_rows(records: list[dict], verdicts: dict[str, str]) -> pd.DataFrame:
+def reference_errors(report: dict) -> dict[str, dict[str, float]]:
+    """Per lane, the worst float64-reference errors over seeds and points, with their bounds.
+
+    `loss_u`/`grad_u` are the largest of the step-0 and trained-weights checks, in float32 units;
+    `early_u` the early-trajectory check. Skipped lanes have none.
+    """
+    worst: dict[str, dict[str, float]] = {}
+    for lane, seeds in report.get("float64_reference", {}).items():
+        row: dict[str, float] = {}
+        for checks in seeds.values():
+            for kind, check in checks.items():
+                if check["measured"] is None:
+                    continue
+                key = kind.split("_", 1)[1] if kind != "early_loss" else "early"
+                if check["measured"] >= row.get(f"{key}_u", -1.0):
+                    row[f"{key}_u"], row[f"{key}_bound"] = check["measured"], check["bound"]
+        if row:
+            worst[lane] = row
+    return worst
+
+
+def lane_rows(
+    records: list[dict], verdicts: dict[str, str], reference: dict[str, dict[str, float]] | None = None
+) -> pd.DataFrame:
     by_lane: dict[str, list[dict]] = defaultdict(list)
     for record in records:
         by_lane[record["lane"]].append(record)
@@ -138,6 +161,12 @@ def lane_rows(records: list[dict], verdicts: dict[str, str]) -> pd.DataFrame:
                 "accuracy_ci_low": acc_low,
                 "accuracy_ci_high": acc_high,
                 "final_loss_mean": mean([r["loss"]["final"] for r in ok]),
+                "matmul_precision": first.get("numerics", {}).get("matmul_precision"),
+                "ref_loss_u": (reference or {}).get(lane, {}).get("loss_u", math.nan),
+                "ref_loss_bound": (reference or {}).get(lane, {}).get("loss_bound", math.nan),
+                "ref_grad_u": (reference or {}).get(lane, {}).get("grad_u", math.nan),
+                "ref_grad_bound": (reference or {}).get(lane, {}).get("grad_bound", math.nan),
+                "ref_early_u": (reference or {}).get(lane, {}).get("early_u", math.nan),
                 "agreement": verdicts.get(lane, "not checked") if ok else "skipped",
                 "git_commit": first["environment"]["git_commit"],
             }
@@ -189,6 +218,7 @@ def markdown(frame: pd.DataFrame) -> str:
                     "—",
                     "—",
                     "—",
+                    "—",
                     row.agreement,
                 ]
             )
@@ -213,6 +243,7 @@ def markdown(frame: pd.DataFrame) -> str:
                 accuracy_text(row.correct, row.tested),
                 _ci(row.accuracy_ci_low, row.accuracy_ci_high),
                 _num(row.final_loss_mean, 5),
+                reference_text(row),
                 row.agreement,
             ]
         )
@@ -235,6 +266,7 @@ def markdown(frame: pd.DataFrame) -> str:
         "test accuracy (all seeds)",
         "accuracy 95 % CI",
         "final loss",
+        "float64-ref error, u: loss / grad (bound)",
         "agreement",
     ]
     skipped = [
@@ -248,7 +280,10 @@ def markdown(frame: pd.DataFrame) -> str:
         "",
         f"One row per lane; each number is over {', '.join(map(str, seeds))} seed(s) (mean, with a Student-t "
         "95 % interval across seeds). Accuracy pools every seed's test predictions. Times are this "
-        "machine's, on the day the records were made; see `results/runs/` for each seed's record.",
+        "machine's, on the day the records were made; see `results/runs/` for each seed's record. "
+        "The float64-reference error is the worst over seeds, at the initial and the trained weights, "
+        "of the lane's loss and gradient against the float64 evaluation of its own captured program, in "
+        "float32 units (u = 2^-24 times the quantity's error scale; README: Why these bounds).",
         "",
         markdown_table(header, lanes),
         "",
@@ -275,6 +310,15 @@ def markdown(frame: pd.DataFrame) -> str:
         f"Records from git commit `{frame['git_commit'].iloc[0]}`.",
     ]
     return "\n".join(parts).replace("\n\n\n", "\n\n") + "\n"
+
+
+def reference_text(row) -> str:
+    """The lane's worst distance from the float64 reference, in float32 units, beside its bounds."""
+    if math.isnan(row.ref_grad_u):
+        return "—"
+    return (
+        f"{row.ref_loss_u:.1f} / {row.ref_grad_u:.1f} (≤ {row.ref_loss_bound:.0f} / {row.ref_grad_bound:.0f})"
+    )
 
 
 def _ir(row) -> str:

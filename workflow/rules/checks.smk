@@ -1,4 +1,5 @@
-# Cross-lane agreement: the proof that lanes run the same program. Fails the DAG on a failed check.
+# Agreement: every lane against the float64 reference of its program, and configured pairs end to
+# end. The proof that lanes run the same program; fails the DAG on a failed check.
 
 
 rule agreement:
@@ -7,7 +8,7 @@ rule agreement:
     output:
         "results/checks/agreement.json",
     params:
-        checks=config["agreement"],
+        agreement=config["agreement"],
         lanes={lane: config["lanes"][lane] for lane in agreement_lanes()},
         seeds=SEEDS,
     log:

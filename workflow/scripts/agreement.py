@@ -3,12 +3,10 @@
 import json
 from pathlib import Path
 
-import numpy as np
-
-from gradlanes.agreement import check_pair, summarize
+from gradlanes.agreement import LaneFiles, pair_checks, reference_checks, summarize
 from gradlanes.atomic import write_json
 from gradlanes.dataset import load
-from gradlanes.experiment import resolve
+from gradlanes.experiment import resolve_from_manifest
 from gradlanes.joblog import UserFacingError, job_logging
 from gradlanes.lane import load_initial_params
 
@@ -19,53 +17,53 @@ class AgreementFailed(UserFacingError):
     pass
 
 
+def describe(check) -> str:
+    measured = "—" if check.measured is None else f"{check.measured:.4g}"
+    bound = "—" if check.bound is None else f"{check.relation} {check.bound:.4g}"
+    used = "" if check.fraction_of_bound is None else f" ({check.fraction_of_bound:.1%} of bound)"
+    return f"{check.name} measured {measured}, bound {bound} {check.unit}{used}"
+
+
 with job_logging(smk.log[0]) as log:
     manifest = json.loads(Path(smk.input.manifest).read_text())
-    inputs = int(np.prod(manifest["image_shape"]))
-    checks = []
+    settings = smk.params.agreement
     datasets = {}
+    checks = []
+
+    def experiment(lane, seed):
+        return resolve_from_manifest(lane, smk.params.lanes[lane], seed, manifest)
+
+    def files(lane, seed):
+        return LaneFiles(*(smk.input[f"{lane}/{seed}/{kind}"] for kind in ("record", "curve", "model")))
+
     for seed in smk.params.seeds:
-        for name, bounds in smk.params.checks.items():
-            experiments = {
-                role: resolve(
-                    bounds[role],
-                    smk.params.lanes[bounds[role]],
-                    seed,
-                    inputs,
-                    manifest["classes"],
-                    manifest["counts"]["train"],
-                    manifest["counts"]["test"],
-                )
-                for role in ("reference", "candidate")
-            }
-            reference = experiments["reference"]
-            sizes = (reference.train_images, reference.test_images)
-            if sizes not in datasets:  # every seed and check of one size shares one loaded copy
+        for lane in smk.params.lanes:
+            exp = experiment(lane, seed)
+            sizes = (exp.train_images, exp.test_images)
+            if sizes not in datasets:  # every lane and seed of one size shares one loaded copy
                 datasets[sizes] = load(smk.input.arrays, *sizes)
-            data = datasets[sizes]
-            params = load_initial_params(smk.input[f"{reference.lane}/{seed}/init"])
-
-            def outputs(lane, seed=seed):
-                return {kind: smk.input[f"{lane}/{seed}/{kind}"] for kind in ("record", "curve", "model")}
-
-            checks += check_pair(name, bounds, reference, experiments["candidate"], outputs, params, data)
-    report = summarize(checks)
-    for check in checks:
-        log.info(
-            "%-45s %-8s measured %s bound %s",
-            check["name"],
-            check["status"],
-            check["measured"],
-            check["bound"],
-        )
-    if not report["passed"]:
-        failed = [c for c in checks if c["status"] == "failed"]
-        log.error("agreement report:\n%s", json.dumps(report, indent=2))
-        raise AgreementFailed(
-            "agreement checks failed: "
-            + "; ".join(
-                f"{c['name']} measured {c['measured']:.3g}, bound {c['relation']} {c['bound']}"
-                for c in failed
+            initial = load_initial_params(smk.input[f"{lane}/{seed}/init"])
+            checks += reference_checks(
+                exp,
+                files(lane, seed),
+                initial,
+                datasets[sizes],
+                settings["early_steps"],
+                settings.get("early_loss_u"),
             )
-        )
+        for name, pair in settings["pairs"].items():
+            checks += pair_checks(
+                name,
+                pair,
+                experiment(pair["reference"], seed),
+                experiment(pair["candidate"], seed),
+                lambda lane, seed=seed: files(lane, seed),
+            )
+    for check in checks:
+        log.info("%-9s %s", check.status, describe(check))
+    report = summarize(checks)
+    if not report["passed"]:
+        failed = [c for c in checks if c.status == "failed"]
+        log.error("agreement report:\n%s", json.dumps(report, indent=2))
+        raise AgreementFailed("agreement checks failed: " + "; ".join(describe(c) for c in failed))
     write_json(smk.output[0], report)

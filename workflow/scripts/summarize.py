@@ -5,14 +5,14 @@ from pathlib import Path
 
 from gradlanes.atomic import atomic_path, write_text
 from gradlanes.joblog import job_logging
-from gradlanes.summary import agreement_verdicts, lane_rows, load_records, markdown
+from gradlanes.summary import agreement_verdicts, lane_rows, load_records, markdown, reference_errors
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 
 with job_logging(smk.log[0]) as log:
     records = load_records(smk.input.records)
     report = json.loads(Path(smk.input.agreement).read_text())
-    frame = lane_rows(records, agreement_verdicts(report))
+    frame = lane_rows(records, agreement_verdicts(report), reference_errors(report))
     with atomic_path(smk.output.parquet) as tmp:
         frame.to_parquet(tmp, index=False)
     with atomic_path(smk.output.csv) as tmp:

@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from gradlanes.experiment import resolve
+from gradlanes.experiment import resolve_from_manifest
 from gradlanes.joblog import job_logging
 from gradlanes.lane import LanePaths, run_lane
 
@@ -11,18 +11,7 @@ smk = snakemake  # noqa: F821 - injected by Snakemake
 
 with job_logging(smk.log[0]) as log:
     manifest = json.loads(Path(smk.input.manifest).read_text())
-    inputs = 1
-    for size in manifest["image_shape"]:
-        inputs *= size
-    exp = resolve(
-        smk.params.lane,
-        smk.params.settings,
-        int(smk.wildcards.seed),
-        inputs,
-        manifest["classes"],
-        manifest["counts"]["train"],
-        manifest["counts"]["test"],
-    )
+    exp = resolve_from_manifest(smk.params.lane, smk.params.settings, int(smk.wildcards.seed), manifest)
     paths = LanePaths(
         arrays=Path(smk.input.arrays),
         manifest=Path(smk.input.manifest),
