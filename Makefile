@@ -10,7 +10,7 @@ MIRROR_ARG := $(if $(MIRROR),--config 'dataset={"mirrors": ["$(MIRROR)"]}',)
 
 CLUSTER_STAMP := $(VENV)/.cluster-stamp
 
-.PHONY: install run test test-cluster lint clean-venv
+.PHONY: install run test test-numerics calibrate test-cluster lint clean-venv
 
 install: $(STAMP)
 
@@ -27,6 +27,17 @@ run: install
 
 test: install
 	$(BIN)/python -m pytest
+
+# The numerics-marked tests and the CI-subset DAG under every OpenBLAS core type x XLA ISA x thread
+# count this CPU can run; writes results/checks/numerics.md. Cells the CPU cannot run are skipped.
+test-numerics: install
+	$(BIN)/python tests/numerics/matrix.py
+
+# Re-measure the calibrated agreement bounds (long: every lane on 5 held-out seeds under 3 cells,
+# for config.yaml and for the CI subset); writes results/checks/calibration*.{json,md}.
+calibrate: install
+	$(BIN)/python tests/numerics/calibrate.py
+	$(BIN)/python tests/numerics/calibrate.py --config .test/config.yaml --name subset
 
 # The CI subset through Snakemake's SLURM executor on a single-node SLURM started here (root, Debian).
 $(CLUSTER_STAMP): $(STAMP) requirements-cluster.lock

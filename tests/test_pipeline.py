@@ -165,3 +165,20 @@ def test_predict_a_drawn_digit_with_a_trained_lane(subset_run, tmp_path, capsys)
     scores = [float(line.split()[1]) for line in out.splitlines() if re.match(r"  \d: ", line)]
     assert len(scores) == 10 and sum(scores) == pytest.approx(1, abs=1e-3)
     assert "1:" in next(line for line in out.splitlines() if "<- predicted" in line)
+
+
+def test_another_idx_dataset_through_config_alone_passes_agreement(shared_mnist, tmp_path):
+    """Negative MNIST (every pixel inverted: dense inputs, dense kinks) named only in the config."""
+    from derived import NAME, write_negative_mnist
+
+    overlay = yaml.safe_load(write_negative_mnist(tmp_path / "negative", shared_mnist).read_text())
+    workdir = tmp_path / "run"
+    process = run_snakemake(workdir, "results/checks/agreement.json", configfile=SUBSET, overrides=overlay)
+    assert process.returncode == 0, output_of(process)
+    report = json.loads((workdir / "results/checks/agreement.json").read_text())
+    assert report["passed"] and report["counts"]["ok"] >= 25, report["counts"]
+    manifest = json.loads((workdir / f"resources/{NAME}/manifest.json").read_text())
+    assert manifest["dataset"] == NAME
+    record = json.loads((workdir / "results/runs/host/seed-0/record.json").read_text())
+    assert record["dataset"]["name"] == NAME
+    assert record["dataset"]["sha256"]["train_images"] == overlay["dataset"]["files"]["train_images"]["sha256"]

@@ -1,0 +1,275 @@
+"""`make test-numerics`: the numerics-sensitive tests and the CI-subset DAG under every kernel choice.
+
+For each cell of `cells.all_cells()` this CPU can run (OpenBLAS core type x XLA ISA cap x threads),
+in a fresh work folder: fingerprint the float32 product each library computes (so the report shows
+how many different kernels were really exercised), run the tests marked `numerics`, and run the
+CI-subset DAG through its agreement rule. Then write `results/checks/numerics.md` (and `.json`):
+per cell, per check, the largest measured value as a fraction of its bound. Exits non-zero if any
+cell failed; cells the CPU cannot run are listed with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from cells import Cell, all_cells, split_runnable
+
+REPO = Path(__file__).resolve().parents[2]
+PYTHON = Path(sys.executable)
+SNAKEMAKE = PYTHON.parent / "snakemake"
+SUBSET = REPO / ".test" / "config.yaml"
+SHARED_MNIST = REPO.parent / "shared" / "datasets" / "mnist"
+
+FINGERPRINT = """
+import hashlib, numpy as np, jax, jax.numpy as jnp
+rng = np.random.default_rng(0)
+a = rng.standard_normal((256, 784), dtype=np.float32); b = rng.standard_normal((784, 128), dtype=np.float32)
+n = hashlib.sha256((a @ b).tobytes()).hexdigest()[:12]
+x = hashlib.sha256(np.asarray(jax.jit(jnp.matmul)(a, b)).tobytes()).hexdigest()[:12]
+print(n, x)
+"""
+
+
+def run(cell: Cell, argv: list[str], cwd: Path, log: Path, timeout: float = 900) -> int:
+    with open(log, "a") as handle:
+        handle.write(f"$ {' '.join(argv)}\n")
+        handle.flush()
+        process = subprocess.run(
+            cell.command(argv),
+            cwd=cwd,
+            env=cell.env(),
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+        )
+    return process.returncode
+
+
+def agreement_report(workdir: Path) -> dict | None:
+    """The report the agreement rule wrote, or the one it logged before failing."""
+    path = workdir / "results/checks/agreement.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    log = workdir / "logs/agreement.log"
+    if log.is_file():
+        text = log.read_text()
+        if "agreement report:\n" in text:
+            body = text.split("agreement report:\n", 1)[1]
+            return json.JSONDecoder().raw_decode(body)[0]
+    return None
+
+
+def worst_by_kind(report: dict) -> dict[str, dict]:
+    """Per check kind (step0_grad, final_loss_rel, ...): the check that used most of its bound."""
+    worst: dict[str, dict] = {}
+    for check in report["checks"]:
+        if check["fraction_of_bound"] is None:
+            continue
+        kind = check["name"].rsplit("/", 1)[-1]
+        if kind not in worst or check["fraction_of_bound"] > worst[kind]["fraction_of_bound"]:
+            worst[kind] = {k: check[k] for k in ("name", "measured", "bound", "fraction_of_bound", "status")}
+    return worst
+
+
+def prepare_data(workdir: Path, mirror: str, log: Path) -> Path:
+    base = workdir / "base"
+    base.mkdir(parents=True, exist_ok=True)
+    argv = [
+        str(SNAKEMAKE),
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(base),
+        "--configfile",
+        str(SUBSET),
+        "--config",
+        f'dataset={{"mirrors": ["{mirror}"]}}',
+        "--cores",
+        "1",
+        "resources/mnist/mnist.npz",
+    ]
+    with open(log, "a") as handle:
+        if subprocess.run(argv, cwd=base, stdout=handle, stderr=subprocess.STDOUT).returncode:
+            raise SystemExit(f"preparing MNIST for the matrix failed; see {log}")
+    return base / "resources" / "mnist"
+
+
+def run_cell(cell: Cell, workdir: Path, data: Path) -> dict:
+    folder = workdir / cell.name
+    shutil.rmtree(folder, ignore_errors=True)
+    (folder / "resources").mkdir(parents=True)
+    (folder / "resources" / "mnist").symlink_to(data.resolve())
+    log = folder / "matrix.log"
+    started = time.time()
+    fingerprint = subprocess.run(
+        cell.command([str(PYTHON), "-c", FINGERPRINT]), env=cell.env(), capture_output=True, text=True
+    ).stdout.split()
+    tests = run(
+        cell,
+        [str(PYTHON), "-m", "pytest", "-m", "numerics", "-q", "-p", "no:cacheprovider", str(REPO / "tests")],
+        REPO,
+        log,
+    )
+    dag = run(
+        cell,
+        [
+            str(SNAKEMAKE),
+            "-s",
+            str(REPO / "Snakefile"),
+            "--directory",
+            str(folder),
+            "--configfile",
+            str(SUBSET),
+            "--config",
+            f'dataset={{"mirrors": ["{data}"]}}',
+            "--cores",
+            str(cell.threads),
+            "results/checks/agreement.json",
+        ],
+        folder,
+        log,
+    )
+    report = agreement_report(folder)
+    return {
+        "cell": cell.name,
+        "coretype": cell.coretype,
+        "xla_isa": cell.isa or "default",
+        "threads": cell.threads,
+        "numpy_product": fingerprint[0] if fingerprint else None,
+        "xla_product": fingerprint[1] if len(fingerprint) > 1 else None,
+        "tests_rc": tests,
+        "dag_rc": dag,
+        "passed": tests == 0 and dag == 0 and bool(report and report["passed"]),
+        "worst": worst_by_kind(report) if report else {},
+        "seconds": round(time.time() - started, 1),
+        "log": str(log),
+    }
+
+
+KIND_ORDER = (
+    "step0_loss",
+    "step0_grad",
+    "trained_loss",
+    "trained_grad",
+    "early_loss",
+    "final_loss_rel",
+    "predictions_equal",
+    "accuracy_points",
+)
+
+
+def markdown(results: list[dict], skipped: dict[Cell, str], flags_note: str) -> str:
+    kinds = [k for k in KIND_ORDER if any(k in r["worst"] for r in results)]
+    header = [
+        "cell (OpenBLAS / XLA ISA / threads)",
+        "NumPy product",
+        "XLA product",
+        "tests",
+        "DAG + agreement",
+        *kinds,
+        "worst",
+        "s",
+    ]
+    rows = []
+    for r in results:
+        fractions = [r["worst"][k]["fraction_of_bound"] for k in kinds if k in r["worst"]]
+        rows.append(
+            [
+                f"{r['coretype']} / {r['xla_isa']} / {r['threads']}",
+                f"`{r['numpy_product']}`",
+                f"`{r['xla_product']}`",
+                "pass" if r["tests_rc"] == 0 else f"**FAIL ({r['tests_rc']})**",
+                "pass" if r["dag_rc"] == 0 and r["passed"] else "**FAIL**",
+                *[f"{r['worst'][k]['fraction_of_bound']:.3f}" if k in r["worst"] else "—" for k in kinds],
+                f"{max(fractions):.3f}" if fractions else "—",
+                f"{r['seconds']:.0f}",
+            ]
+        )
+    table = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    table += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
+    numpy_kernels = len({r["numpy_product"] for r in results})
+    xla_kernels = len({r["xla_product"] for r in results})
+    lines = [
+        "# Numerics matrix",
+        "",
+        "Written by `make test-numerics` (`tests/numerics/matrix.py`). Each cell runs the tests marked "
+        "`numerics` and the CI-subset DAG (`.test/config.yaml`) through its agreement rule with NumPy's "
+        "OpenBLAS forced to one core type (`OPENBLAS_CORETYPE`), XLA:CPU capped at one ISA "
+        "(`--xla_cpu_max_isa`) and the run pinned to that many cores. Each number is the largest "
+        "measured value of that check in the cell as a fraction of its bound (1 is the edge; for "
+        "`predictions_equal`, of the allowed share of differing predictions). The product columns "
+        "fingerprint a 256x784 by 784x128 float32 product: "
+        f"{numpy_kernels} different NumPy results and {xla_kernels} different XLA results across the "
+        "cells run.",
+        "",
+        f"Machine: {flags_note}.",
+        "",
+        *table,
+        "",
+    ]
+    if skipped:
+        lines += ["Cells not run here:", ""]
+        lines += [f"- {c.coretype} / {c.isa or 'default'} / {c.threads}: {why}" for c, why in skipped.items()]
+        lines.append("")
+    verdict = all(r["passed"] for r in results)
+    headline = "Every cell passed" if verdict else "Some cells FAILED"
+    lines.append(f"**{headline}** ({len(results)} run, {len(skipped)} skipped).")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", default=str(REPO / ".numerics"), help="scratch folder (ignored by git)")
+    parser.add_argument("--out", default=str(REPO / "results" / "checks" / "numerics.md"))
+    parser.add_argument("--cells", help="comma-separated cell names to run (default: all this CPU can)")
+    parser.add_argument(
+        "--mirror", default=str(SHARED_MNIST), help="MNIST folder or URL (default: ../shared)"
+    )
+    args = parser.parse_args()
+    sys.path.insert(0, str(REPO / "src"))
+    from gradlanes.atomic import write_json, write_text
+    from gradlanes.environment import cpu_model
+
+    cells = all_cells()
+    if args.cells:
+        wanted = set(args.cells.split(","))
+        cells = [c for c in cells if c.name in wanted]
+    runnable, skipped = split_runnable(cells)
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    data = prepare_data(workdir, args.mirror, workdir / "prepare.log")
+    results = []
+    for cell in runnable:
+        result = run_cell(cell, workdir, data)
+        worst = max((w["fraction_of_bound"] for w in result["worst"].values()), default=float("nan"))
+        print(
+            f"{cell.name:28s} {'pass' if result['passed'] else 'FAIL'}  worst {worst:.3f} of a bound  "
+            f"({result['seconds']:.0f} s; log {result['log']})",
+            flush=True,
+        )
+        results.append(result)
+    for cell, why in skipped.items():
+        print(f"{cell.name:28s} skipped: {why}")
+    note = f"{cpu_model()}, {len(__import__('os').sched_getaffinity(0))} cores"
+    write_text(args.out, markdown(results, skipped, note))
+    write_json(
+        Path(args.out).with_suffix(".json"),
+        {
+            "cells": results,
+            "skipped": {c.name: why for c, why in skipped.items()},
+            "machine": note,
+        },
+    )
+    passed = sum(r["passed"] for r in results)
+    print(f"numerics: {passed} passed, {len(results) - passed} failed, {len(skipped)} skipped")
+    return 0 if passed == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
