@@ -168,10 +168,10 @@ def test_predict_a_drawn_digit_with_a_trained_lane(subset_run, tmp_path, capsys)
 
 
 def test_another_idx_dataset_through_config_alone_passes_agreement(shared_mnist, tmp_path):
-    """Negative MNIST (every pixel inverted: dense inputs, dense kinks) named only in the config."""
-    from derived import NAME, write_negative_mnist
+    """Transposed MNIST (other pixels on every input) named only in the config."""
+    from derived import NAME, write_transposed_mnist
 
-    overlay = yaml.safe_load(write_negative_mnist(tmp_path / "negative", shared_mnist).read_text())
+    overlay = yaml.safe_load(write_transposed_mnist(tmp_path / "transposed", shared_mnist).read_text())
     workdir = tmp_path / "run"
     process = run_snakemake(workdir, "results/checks/agreement.json", configfile=SUBSET, overrides=overlay)
     assert process.returncode == 0, output_of(process)
@@ -181,4 +181,5 @@ def test_another_idx_dataset_through_config_alone_passes_agreement(shared_mnist,
     assert manifest["dataset"] == NAME
     record = json.loads((workdir / "results/runs/host/seed-0/record.json").read_text())
     assert record["dataset"]["name"] == NAME
-    assert record["dataset"]["sha256"]["train_images"] == overlay["dataset"]["files"]["train_images"]["sha256"]
+    pinned = overlay["dataset"]["files"]["train_images"]["sha256"]
+    assert record["dataset"]["sha256"]["train_images"] == pinned
