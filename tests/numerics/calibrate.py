@@ -140,7 +140,8 @@ def main() -> int:
     parser.add_argument("--name", default="", help="suffix of the output files, e.g. 'subset'")
     parser.add_argument("--workdir", default=str(REPO / ".numerics" / "calibrate"))
     parser.add_argument("--mirror", default=str(SHARED_MNIST), help="MNIST folder or URL for the base config")
-    parser.add_argument("--collect-only", action="store_true", help="reread the runs already in --workdir")
+    parser.add_argument("--overlay-cells", help="cells for the overlay datasets (default: --cells)")
+    parser.add_argument("--reuse", action="store_true", help="reuse runs in --workdir that have a report")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "src"))
     from gradlanes.atomic import write_json, write_text
@@ -149,15 +150,18 @@ def main() -> int:
     seeds = [int(s) for s in args.seeds.split(",")]
     runnable, skipped = split_runnable([cell_by_name(n) for n in args.cells.split(",")])
     runs = {"mnist": None, **{Path(o).stem: Path(o).resolve() for o in args.overlay}}
+    overlay_cells, _ = split_runnable(
+        [cell_by_name(n) for n in (args.overlay_cells or args.cells).split(",")]
+    )
     values: dict[str, list[dict]] = defaultdict(list)
     for run, overlay in runs.items():
-        for cell in runnable:
+        for cell in overlay_cells if overlay else runnable:
             folder = (
                 Path(args.workdir)
                 / (args.name or "default")
                 / (cell.name if run == "mnist" else f"{run}-{cell.name}")
             )
-            if not args.collect_only:
+            if not (args.reuse and agreement_report(folder) is not None):
                 folder.mkdir(parents=True, exist_ok=True)
                 wide = folder / "calibration.yaml"
                 wide.write_text(yaml.safe_dump(wide_open(config, seeds, None if overlay else args.mirror)))
@@ -185,7 +189,7 @@ def main() -> int:
             pair, kind = key.rsplit("/", 1)
             suggested["pairs"][pair][PAIR_KINDS[kind]] = bound
     stem = REPO / "results" / "checks" / ("calibration" + (f"-{args.name}" if args.name else ""))
-    cells = [c.name for c in runnable]
+    cells = sorted({c.name for c in runnable} | ({c.name for c in overlay_cells} if args.overlay else set()))
     write_json(
         stem.with_suffix(".json"),
         {
