@@ -220,6 +220,30 @@ def test_only_an_undecidable_flip_is_granted(flip):
         assert granted == 0 and after == pytest.approx(before)
 
 
+def test_a_lookalike_example_on_the_same_kink_is_not_granted_in_place_of_the_flipped_one():
+    """Two undecidable examples on one unit, inputs alike: only the one that flipped is granted."""
+    exp, params, images, labels = mlp_case()
+    w = params["w1"][:, 5].astype(np.float64)
+    noise = rng.standard_normal(images.shape[1])
+    noise -= (noise @ w) / (w @ w) * w  # orthogonal to the unit's weights: the same preactivation
+    images[1] = (images[2] + 0.5 * np.linalg.norm(images[2]) * noise / np.linalg.norm(noise)).astype(
+        np.float32
+    )
+    labels[1] = labels[2]
+    program = capture(exp)
+    _, *leaves = Interpreter(program.gradient, widen=True)(*program.flatten_params(params), images, labels)
+    reference = program.unflatten_params(leaves)
+    active, undecidable = undecidable_relus(params, images)
+    assert undecidable[1, 5] and undecidable[2, 5]
+    flipped = active.copy()
+    flipped[2, 5] = not flipped[2, 5]
+    candidate = mlp_grad64(params, images, labels, flipped)
+    _, scale = per_example_scale(exp, params, images, labels)
+    adjusted, _, granted = grant_kink_decisions(exp, params, images, labels, candidate, reference)
+    flat = program.flatten_params
+    assert granted == 1 and scaled_error(flat(candidate), flat(adjusted), flat(scale)) < 1.0
+
+
 def test_same_side_gets_nothing_granted():
     exp, params, images, labels = mlp_case()
     program = capture(exp)
@@ -228,7 +252,7 @@ def test_same_side_gets_nothing_granted():
     active, _ = undecidable_relus(params, images)
     candidate = mlp_grad64(params, images, labels, active)
     adjusted, undecidable, granted = grant_kink_decisions(exp, params, images, labels, candidate, reference)
-    assert (undecidable, granted) == (1, 0)
+    assert (undecidable, granted) == (1, 0)  # example 2's unit 5 only
     for name in reference:
         np.testing.assert_array_equal(adjusted[name], reference[name])
 

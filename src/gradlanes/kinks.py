@@ -57,16 +57,29 @@ def grant_kink_decisions(
     batch = len(labels)
     adjusted = {k: np.array(v, np.float64) for k, v in reference.items()}
     granted = 0
-    for example, unit in where:
-        sign = -1.0 if active[example, unit] else 1.0  # the candidate dropped, or added, the term
-        term_w = sign * upstream[example, unit] * x[example] / batch
-        term_b = sign * upstream[example, unit] / batch
+    for unit in np.unique(where[:, 1]):
+        # The flips of one unit all move the same column; inputs are alike (pixels >= 0), so a wrong
+        # example's term can shrink the residual a little too. Best first: take the flip that
+        # explains most, recompute, stop when no flip explains anything more.
+        examples = list(where[where[:, 1] == unit, 0])
+        terms = []
+        for example in examples:
+            sign = -1.0 if active[example, unit] else 1.0  # the candidate dropped, or added, the term
+            scale = sign * upstream[example, unit] / batch
+            terms.append((example, scale * x[example], scale))
         residual_w = np.asarray(candidate["w1"][:, unit], np.float64) - adjusted["w1"][:, unit]
         residual_b = float(candidate["b1"][unit]) - adjusted["b1"][unit]
-        before = residual_w @ residual_w + residual_b**2
-        after = (residual_w - term_w) @ (residual_w - term_w) + (residual_b - term_b) ** 2
-        if after < before:
+        while terms:
+            current = residual_w @ residual_w + residual_b**2
+            gains = [
+                current - ((residual_w - w) @ (residual_w - w) + (residual_b - b) ** 2) for _, w, b in terms
+            ]
+            best = int(np.argmax(gains))
+            if gains[best] <= 0:
+                break
+            _, term_w, term_b = terms.pop(best)
             adjusted["w1"][:, unit] += term_w
             adjusted["b1"][unit] += term_b
+            residual_w, residual_b = residual_w - term_w, residual_b - term_b
             granted += 1
     return adjusted, len(where), granted

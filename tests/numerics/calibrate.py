@@ -146,6 +146,7 @@ def main() -> int:
     sys.path.insert(0, str(REPO / "src"))
     from gradlanes.atomic import write_json, write_text
 
+    args.config = str(Path(args.config).resolve())  # snakemake runs in each cell's folder
     config = yaml.safe_load(Path(args.config).read_text())
     seeds = [int(s) for s in args.seeds.split(",")]
     runnable, skipped = split_runnable([cell_by_name(n) for n in args.cells.split(",")])
