@@ -71,7 +71,7 @@ def resolution(kind: str, test_images: int) -> float:
 
 def _round_up(value: float) -> float:
     digits = 1 - math.floor(math.log10(value))
-    return math.ceil(value * 10**digits) / 10**digits
+    return math.ceil(round(value * 10**digits, 9)) / 10**digits  # round(): 0.3 * 100 is 30.000000000000004
 
 
 def bound_for(kind: str, entries: list[dict]) -> float:
@@ -108,7 +108,7 @@ def markdown(config_name: str, seeds, runs, cells, values, bounds) -> str:
         measured = sorted(e["measured"] for e in entries)
         rows.append(
             f"| `{key}` | {len(measured)} | {measured[0]:.4g} | {measured[len(measured) // 2]:.4g} | "
-            f"{measured[-1]:.4g} | {bounds[key]:.4g} |"
+            f"{measured[-1]:.4g} | {bounds[key]:.6g} |"
         )
     return "\n".join(
         [
