@@ -6,10 +6,10 @@ computes z = x . w + b with a rounding error of at most gamma_{n+1} * (|x| . |w|
 summation order, blocked or fused), so where the float64 reference's |z| is inside that bound the
 engine may take either side, legitimately. One such flip moves a whole column of the first
 layer's gradient by that example's term, hundreds of float32 units of the gradient's error scale,
-while nothing is wrong. Such decisions are "undecidable"; for each one, the check accepts the
-engine's side when that side explains its result better (the reference is moved by exactly that
-example's term), and counts how many it granted. Decidable units are never granted, so a wrong
-engine cannot hide behind this.
+while nothing is wrong. Such decisions are "undecidable"; per unit, best first, the check accepts
+the engine's side of one when that side explains its result better (the reference is moved by
+exactly that example's term), and counts how many it granted. Decidable units are never granted,
+so a wrong engine cannot hide behind this.
 """
 
 from __future__ import annotations
