@@ -53,8 +53,13 @@ from gradlanes.numerics import (
 
 log = logging.getLogger(__name__)
 
-#: Pair bounds a config may set (all calibrated); the float64-reference checks need no setting.
-PAIR_BOUNDS = ("final_loss_rel", "predictions_equal_min", "accuracy_points_max")
+#: Pair bounds a config may set (all calibrated), each with the name of the check it bounds; the
+#: float64-reference checks need no setting.
+PAIR_BOUNDS = {
+    "final_loss_rel": "final_loss_rel",
+    "predictions_equal_min": "predictions_equal",
+    "accuracy_points_max": "accuracy_points",
+}
 
 
 @dataclass
@@ -118,10 +123,7 @@ class LaneFiles:
 
 def lane_batch(exp: Experiment, data: Dataset) -> tuple[np.ndarray, np.ndarray]:
     """The seed's first training batch: what every lane's first step saw."""
-    indices = first_batch(exp.seed, exp.train_images, exp.batch_size)
-    if indices is None:
-        return data.train_images, data.train_labels
-    return data.train_images[indices], data.train_labels[indices]
+    return data.train_batch(first_batch(exp.seed, exp.train_images, exp.batch_size))
 
 
 def unit_ratio(exp: Experiment) -> float:
@@ -130,11 +132,16 @@ def unit_ratio(exp: Experiment) -> float:
 
 
 def point_checks(
-    exp: Experiment, program: CapturedProgram, engine, label: str, params: dict, data: Dataset
+    exp: Experiment,
+    program: CapturedProgram,
+    engine,
+    reference: Interpreter,
+    label: str,
+    params: dict,
+    data: Dataset,
 ) -> list[Check]:
     """Loss and gradient of the lane's engine at `params` against the float64 reference."""
     images, labels = lane_batch(exp, data)
-    reference = Interpreter(program.gradient, "gradient program (float64 reference)", widen=True)
     ref_loss, *ref_leaves = reference(*program.flatten_params(params), images, labels)
     loss, grads = engine.loss_and_grad(params, images, labels)
     loss_scale, grad_scale = per_example_scale(exp, params, images, labels)
@@ -179,9 +186,7 @@ def reference_trajectory(exp: Experiment, program: CapturedProgram, params: dict
     carry = [*leaves, *init(*leaves)]
     losses = []
     for indices in batch_order(exp.seed, exp.train_images, exp.batch_size, steps):
-        images = data.train_images if indices is None else data.train_images[indices]
-        labels = data.train_labels if indices is None else data.train_labels[indices]
-        *carry, loss = step(*carry, images, labels)
+        *carry, loss = step(*carry, *data.train_batch(indices))
         losses.append(float(loss))
     return losses
 
@@ -205,8 +210,10 @@ def reference_checks(
         return [skipped(f"{prefix}/{n}", exp.lane, exp.seed, [exp.lane], None, reason) for n in names]
     program = capture(exp)
     engine = make_engine(exp.engine, exp.device, program, exp.learning_rate)
-    checks = point_checks(exp, program, engine, "step0", initial, data)
-    checks += point_checks(exp, program, engine, "trained", load_model(files.model).params, data)
+    reference = Interpreter(program.gradient, "gradient program (float64 reference)", widen=True)
+    trained = load_model(files.model).params
+    checks = point_checks(exp, program, engine, reference, "step0", initial, data)
+    checks += point_checks(exp, program, engine, reference, "trained", trained, data)
     if early_bound is not None:
         count = min(early_steps, exp.steps)
         lane_losses = train_losses(files.curve)[:count]
@@ -240,7 +247,6 @@ def pair_checks(
     ref_out, cand_out = outputs(reference.lane), outputs(candidate.lane)
     ref_rec, cand_rec = (json.loads(Path(out.record).read_text()) for out in (ref_out, cand_out))
     wanted = [b for b in PAIR_BOUNDS if bounds.get(b) is not None]
-    short = {"final_loss_rel": "final_loss_rel", "predictions_equal_min": "predictions_equal"}
     reason = next(
         (
             f"lane {r['lane']} was {r['status']}: {r['reason']}"
@@ -250,10 +256,7 @@ def pair_checks(
         None,
     )
     if reason:
-        return [
-            skipped(f"{prefix}/{short.get(b, 'accuracy_points')}", name, seed, lanes, bounds[b], reason)
-            for b in wanted
-        ]
+        return [skipped(f"{prefix}/{PAIR_BOUNDS[b]}", name, seed, lanes, bounds[b], reason) for b in wanted]
     checks = []
     if "final_loss_rel" in wanted:
         measured = relative(cand_rec["loss"]["final"], ref_rec["loss"]["final"])

@@ -24,6 +24,12 @@ class Dataset:
     def inputs(self) -> int:
         return self.train_images.shape[1]
 
+    def train_batch(self, indices: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Images and labels of one batch from `batching`; None means the whole training set."""
+        if indices is None:
+            return self.train_images, self.train_labels
+        return self.train_images[indices], self.train_labels[indices]
+
 
 def scale(images: np.ndarray) -> np.ndarray:
     flat = images.reshape(images.shape[0], -1)

@@ -402,14 +402,13 @@ class Interpreter:
                 f"the captured {label}; add a rule to gradlanes.interpreter.RULES or run this "
                 "lane on engine 'xla'"
             )
-        self.widen = widen
         self._plan = _Plan(program.jaxpr, program.consts, widen=widen)
-        self._input_dtypes = [widened(v.aval.dtype) if widen else None for v in program.jaxpr.invars]
+        self._widened_inputs = [widened(v.aval.dtype) for v in program.jaxpr.invars] if widen else None
 
     def __call__(self, *args: Any) -> list[np.ndarray]:
-        if self.widen:
+        if self._widened_inputs is not None:
             args = [
-                np.asarray(a).astype(d, copy=False) for a, d in zip(args, self._input_dtypes, strict=True)
+                np.asarray(a).astype(d, copy=False) for a, d in zip(args, self._widened_inputs, strict=True)
             ]
         return [_materialize(value) for value in self._plan.run(*args)]
 

@@ -18,6 +18,7 @@ with probability below 2 exp(-lambda^2 (1-u)^2 / 2). README "Why these bounds" h
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -112,6 +113,37 @@ def scalar_error(candidate: float, reference: float, scale: float) -> float:
     return diff / (FLOAT32_U * abs(scale))
 
 
+@functools.cache
+def _magnitude_sums(loss: str, model):
+    """The jitted per-chunk sums of `per_example_scale`, one per loss and model: compiled once, not
+    on every call (a function made anew each call would be traced and compiled anew)."""
+    import jax
+    import jax.numpy as jnp
+
+    from gradlanes.losses import loss_fn, term_magnitudes
+    from gradlanes.models import forward
+
+    def example(p, x, label):
+        return loss_fn(loss, forward(model, p, x[None]), label[None])
+
+    def terms(p, x, label):
+        value, grads = jax.value_and_grad(example)(p, x, label)
+        loss_terms, cotangent = term_magnitudes(loss, forward(model, p, x[None])[0], label)
+        magnitudes = jax.tree_util.tree_map(jnp.abs, p)
+        _, pullback = jax.vjp(lambda q: forward(model, q, jnp.abs(x)[None])[0], magnitudes)
+        (floor,) = pullback(cotangent)
+        return jnp.abs(value), grads, loss_terms, floor
+
+    @jax.jit
+    def sums(p, xs, ls):
+        value, grads, loss_terms, floor = jax.vmap(terms, in_axes=(None, 0, 0))(p, xs, ls)
+        total = jax.tree_util.tree_map(lambda g: jnp.abs(g).sum(axis=0), grads)
+        squares = jax.tree_util.tree_map(lambda f: jnp.square(f).sum(axis=0), floor)
+        return value.sum(), jnp.square(loss_terms).sum(), total, squares
+
+    return sums
+
+
 def per_example_scale(exp, params: dict, images: np.ndarray, labels: np.ndarray, chunk: int = 256):
     """The error scale of the batch loss and of each gradient component: mean + floor.
 
@@ -123,30 +155,7 @@ def per_example_scale(exp, params: dict, images: np.ndarray, labels: np.ndarray,
     |inputs|), and those independent per-example errors add over the batch as a random walk,
     sqrt(sum_b a_b^2) / B. Computed with `jax.vmap` in float32, outside the captured program.
     """
-    import jax
-    import jax.numpy as jnp
-
-    from gradlanes.losses import loss_fn, term_magnitudes
-    from gradlanes.models import forward
-
-    def example(p, x, label):
-        return loss_fn(exp.loss, forward(exp.model, p, x[None]), label[None])
-
-    def terms(p, x, label):
-        loss, grads = jax.value_and_grad(example)(p, x, label)
-        loss_terms, cotangent = term_magnitudes(exp.loss, forward(exp.model, p, x[None])[0], label)
-        magnitudes = jax.tree_util.tree_map(jnp.abs, p)
-        _, pullback = jax.vjp(lambda q: forward(exp.model, q, jnp.abs(x)[None])[0], magnitudes)
-        (floor,) = pullback(cotangent)
-        return jnp.abs(loss), grads, loss_terms, floor
-
-    @jax.jit
-    def sums(p, xs, ls):
-        loss, grads, loss_terms, floor = jax.vmap(terms, in_axes=(None, 0, 0))(p, xs, ls)
-        total = jax.tree_util.tree_map(lambda g: jnp.abs(g).sum(axis=0), grads)
-        squares = jax.tree_util.tree_map(lambda f: jnp.square(f).sum(axis=0), floor)
-        return loss.sum(), jnp.square(loss_terms).sum(), total, squares
-
+    sums = _magnitude_sums(exp.loss, exp.model)
     parts = [sums(params, images[s : s + chunk], labels[s : s + chunk]) for s in range(0, len(labels), chunk)]
     count = len(labels)
 

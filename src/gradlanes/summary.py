@@ -162,11 +162,10 @@ def lane_rows(
                 "accuracy_ci_high": acc_high,
                 "final_loss_mean": mean([r["loss"]["final"] for r in ok]),
                 "matmul_precision": first.get("numerics", {}).get("matmul_precision"),
-                "ref_loss_u": (reference or {}).get(lane, {}).get("loss_u", math.nan),
-                "ref_loss_bound": (reference or {}).get(lane, {}).get("loss_bound", math.nan),
-                "ref_grad_u": (reference or {}).get(lane, {}).get("grad_u", math.nan),
-                "ref_grad_bound": (reference or {}).get(lane, {}).get("grad_bound", math.nan),
-                "ref_early_u": (reference or {}).get(lane, {}).get("early_u", math.nan),
+                **{
+                    f"ref_{key}": (reference or {}).get(lane, {}).get(key, math.nan)
+                    for key in ("loss_u", "loss_bound", "grad_u", "grad_bound", "early_u")
+                },
                 "agreement": verdicts.get(lane, "not checked") if ok else "skipped",
                 "git_commit": first["environment"]["git_commit"],
             }

@@ -104,7 +104,7 @@ def train(exp: Experiment, engine, initial_params: dict, data: Dataset) -> Train
                 batch = full_batch
             else:
                 indices = chunk[0] if fuse == 1 else np.stack(chunk)
-                batch = engine.stage(data.train_images[indices], data.train_labels[indices])
+                batch = engine.stage(*data.train_batch(indices))
             losses = engine.step(batch)
             per_step = (time.perf_counter() - t0) / fuse  # a fused dispatch is shared by its K steps
             for step, loss in enumerate(losses, first):

@@ -25,8 +25,10 @@ import yaml
 from cells import Cell, split_runnable
 from matrix import REPO, SHARED_MNIST, SNAKEMAKE, agreement_report
 
-PAIR_KINDS = {"final_loss_rel": "final_loss_rel", "predictions_equal": "predictions_equal_min",
-              "accuracy_points": "accuracy_points_max"}  # fmt: skip
+from gradlanes.agreement import PAIR_BOUNDS
+
+#: check name -> the config key of its bound
+PAIR_KINDS = {check: key for key, check in PAIR_BOUNDS.items()}
 DEFAULT_CELLS = "Haswell-xla_default-2t,Sandybridge-AVX-1t,Nehalem-AVX2-2t"
 SAFETY = 3.0
 
