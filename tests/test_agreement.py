@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from gradlanes.agreement import Check, skipped, summarize
-from gradlanes.summary import reference_errors
+from gradlanes.report.summary import reference_errors
+from gradlanes.run.agreement import Check, skipped, summarize
 
 
 def test_a_check_passes_inside_its_bound_and_fails_outside_or_on_nan():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradlanes.batching import batch_order, first_batch
+from gradlanes.experiment.batching import batch_order, first_batch
 
 
 def test_same_seed_same_order_other_seed_other_order():

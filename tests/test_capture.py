@@ -8,14 +8,14 @@ import pytest
 import yaml
 from conftest import REPO, small_lane
 
-from gradlanes.capture import capture
-from gradlanes.compiles import compile_window
-from gradlanes.experiment import resolve
-from gradlanes.interpreter import Interpreter
-from gradlanes.jaxcompat import jaxpr_as_fun
-from gradlanes.kinks import grant_kink_decisions
-from gradlanes.models import ModelSpec, init_params
-from gradlanes.numerics import (
+from gradlanes.experiment.models import ModelSpec, init_params
+from gradlanes.experiment.spec import resolve
+from gradlanes.program.capture import capture
+from gradlanes.program.interpreter import Interpreter
+from gradlanes.program.jaxcompat import jaxpr_as_fun
+from gradlanes.run.compiles import compile_window
+from gradlanes.run.kinks import grant_kink_decisions
+from gradlanes.run.numerics import (
     per_example_scale,
     probabilistic_bound,
     reduction_chain,

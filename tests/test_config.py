@@ -8,9 +8,10 @@ import pytest
 import yaml
 
 from gradlanes.config import ConfigError, check_config
+from gradlanes.schemas import CONFIG, schema_path
 from workflow import REPO, output_of, run_snakemake
 
-SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
+SCHEMA = schema_path(CONFIG)
 BASE = yaml.safe_load((REPO / "config.yaml").read_text())
 
 

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gradlanes import handkernel as hk
+from gradlanes.engines import handkernel as hk
 
 rng = np.random.default_rng(7)
 B, D, C = 16, 784, 10

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from jax import lax
 
-from gradlanes.compiles import compile_window
-from gradlanes.interpreter import RULES, Interpreter, UnsupportedPrimitive
-from gradlanes.jaxcompat import eval_jaxpr
-from gradlanes.numerics import FLOAT32_U, probabilistic_bound, reduction_chain
+from gradlanes.program.interpreter import RULES, Interpreter, UnsupportedPrimitive
+from gradlanes.program.jaxcompat import eval_jaxpr
+from gradlanes.run.compiles import compile_window
+from gradlanes.run.numerics import FLOAT32_U, probabilistic_bound, reduction_chain
 
 rng = np.random.default_rng(1234)
 
@@ -112,7 +112,7 @@ def test_every_rule_has_a_case():
 #: operations get 0; IEEE's correctly rounded ones (+ - * / sqrt) 0.5; a result of two roundings 1;
 #: transcendental functions 4, NumPy's validated maximum for its float32 ufuncs
 #: (numpy/_core/tests/data/umath-validation-set-*.csv: 2 to 4 ulps), which XLA's must meet too.
-#: Reductions add the probabilistic bound of their length (gradlanes.numerics).
+#: Reductions add the probabilistic bound of their length (gradlanes.run.numerics).
 ROUNDED = {"add", "add_any", "sub", "mul", "div", "sqrt", "square"}
 TWO_ROUNDINGS = {"integer_pow", "rsqrt"}
 TRANSCENDENTAL = {

@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 from conftest import small_lane
 
-from gradlanes.experiment import resolve
-from gradlanes.lane import LanePaths, run_lane
-from gradlanes.models import save_initial_params
-from gradlanes.records import RecordInvalid, validate_record
-from gradlanes.train import TrainingDiverged
+from gradlanes.experiment.models import save_initial_params
+from gradlanes.experiment.spec import resolve
+from gradlanes.run.lane import LanePaths, run_lane
+from gradlanes.run.records import RecordInvalid, validate_record
+from gradlanes.run.train import TrainingDiverged
 
 
 def run(tmp_path, prepared_mnist, settings, name="probe", seed=0):

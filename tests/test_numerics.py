@@ -16,14 +16,14 @@ import pytest
 from conftest import small_lane
 from jax import lax
 
-from gradlanes import handkernel
-from gradlanes.capture import capture
-from gradlanes.experiment import resolve
-from gradlanes.interpreter import Interpreter, widened
-from gradlanes.jaxcompat import jaxpr_as_fun
-from gradlanes.kinks import grant_kink_decisions, undecidable_relus
-from gradlanes.losses import loss_grad_numpy
-from gradlanes.numerics import (
+from gradlanes.engines import handkernel
+from gradlanes.experiment.losses import loss_grad_numpy
+from gradlanes.experiment.spec import resolve
+from gradlanes.program.capture import capture
+from gradlanes.program.interpreter import Interpreter, widened
+from gradlanes.program.jaxcompat import jaxpr_as_fun
+from gradlanes.run.kinks import grant_kink_decisions, undecidable_relus
+from gradlanes.run.numerics import (
     CONFIDENCE,
     FLOAT32_U,
     MATMUL_UNIT_ROUNDOFF,
@@ -270,7 +270,7 @@ def tf32(x: np.ndarray) -> np.ndarray:
 def test_xla_within_the_float32_bound_tf32_only_within_its_own_and_bugs_far_outside():
     exp = resolve("probe", small_lane(loss="mse"), 0, 784, 10, 60000, 10000)
     program = capture(exp)
-    from gradlanes.models import init_params
+    from gradlanes.experiment.models import init_params
 
     params = init_params(exp.model, 3)
     images, labels = batch(exp.batch_size)

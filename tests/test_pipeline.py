@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from gradlanes.records import validate_record
+from gradlanes.run.records import validate_record
 from workflow import REPO, output_of, run_snakemake
 
 pytestmark = pytest.mark.slow
@@ -103,7 +103,7 @@ def test_curves_and_digits(subset_run):
     digits = (workdir / "results/runs/host/seed-0/digits.txt").read_text()
     assert len(re.findall(r"predicted \d, label \d", digits)) == 6
     log = (workdir / "logs/train/host/seed-0.log").read_text()
-    assert 8 <= len(re.findall(r"^\S+ \S+ INFO gradlanes.train: +\d+ +\d\.\d+ ", log, re.M)) <= 20
+    assert 8 <= len(re.findall(r"^\S+ \S+ INFO gradlanes.run.train: +\d+ +\d\.\d+ ", log, re.M)) <= 20
 
 
 def test_rerunning_one_lane_reruns_only_that_lane(subset_run):
@@ -151,7 +151,7 @@ def test_summary_figures_and_report(subset_run):
 def test_predict_a_drawn_digit_with_a_trained_lane(subset_run, tmp_path, capsys):
     from PIL import Image, ImageDraw
 
-    from gradlanes.cli import main
+    from gradlanes.report.cli import main
 
     workdir, _ = subset_run
     (workdir / "config.yaml").write_text(SUBSET.read_text())

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from gradlanes.cli import main
-from gradlanes.drawn import ImageUnreadable, mnist_style
-from gradlanes.summary import accuracy_text, agreement_verdicts, mean_ci
+from gradlanes.report.cli import main
+from gradlanes.report.drawn import ImageUnreadable, mnist_style
+from gradlanes.report.summary import accuracy_text, agreement_verdicts, mean_ci
 from workflow import REPO
 
 
@@ -79,6 +79,6 @@ def test_blank_drawing_is_refused():
 
 
 def test_readme_shows_the_current_summary():
-    from gradlanes.cli import readme_block
+    from gradlanes.report.cli import readme_block
 
     assert readme_block(REPO) in (REPO / "README.md").read_text(), "run `gradlanes readme` after the pipeline"

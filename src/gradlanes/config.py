@@ -1,6 +1,6 @@
 """Validate the experiment config and say exactly which key is wrong and what is allowed.
 
-Two passes: the JSON schema (`workflow/schemas/config.schema.yaml`), whose errors are rewritten
+Two passes: the JSON schema (`gradlanes/schemas/config.schema.yaml`), whose errors are rewritten
 into one line per problem naming the dotted key and the allowed values or range; then the rules a
 schema cannot express (a lane needs exactly one of steps/epochs, a hand-kernel lane implements only
 softmax + xent + sgd, agreement checks must compare lanes that run the same experiment).

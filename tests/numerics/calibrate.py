@@ -25,7 +25,7 @@ import yaml
 from cells import Cell, split_runnable
 from matrix import REPO, SHARED_MNIST, SNAKEMAKE, agreement_report
 
-from gradlanes.agreement import PAIR_BOUNDS
+from gradlanes.run.agreement import PAIR_BOUNDS
 
 #: check name -> the config key of its bound
 PAIR_KINDS = {check: key for key, check in PAIR_BOUNDS.items()}

@@ -5,14 +5,15 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from gradlanes.config import ConfigError, check_config
+from gradlanes.schemas import CONFIG, schema_path
 
-CONFIG_SCHEMA = Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
+CONFIG_SCHEMA = schema_path(CONFIG)
 
 try:
     check_config(config, CONFIG_SCHEMA)
 except ConfigError as error:
     raise WorkflowError(str(error)) from None
-validate(config, "../schemas/config.schema.yaml")
+validate(config, str(CONFIG_SCHEMA))
 
 DATASET = config["dataset"]["name"]
 
@@ -38,7 +39,7 @@ def dataset_manifest():
 
 
 # ---- lanes -----------------------------------------------------------------------------------
-from gradlanes.naming import model_key
+from gradlanes.experiment.naming import model_key
 
 LANES = list(config["lanes"])
 SEEDS = [int(seed) for seed in config["seeds"]]

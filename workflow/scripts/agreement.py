@@ -3,12 +3,12 @@
 import json
 from pathlib import Path
 
-from gradlanes.agreement import LaneFiles, pair_checks, reference_checks, summarize
 from gradlanes.atomic import write_json
-from gradlanes.dataset import load
-from gradlanes.experiment import resolve_from_manifest
+from gradlanes.data.dataset import load
+from gradlanes.experiment.spec import resolve_from_manifest
 from gradlanes.joblog import UserFacingError, job_logging
-from gradlanes.lane import load_initial_params
+from gradlanes.run.agreement import LaneFiles, pair_checks, reference_checks, summarize
+from gradlanes.run.lane import load_initial_params
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 

@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gradlanes import figures
 from gradlanes.joblog import job_logging
-from gradlanes.lane import load_model
+from gradlanes.report import figures
+from gradlanes.run.lane import load_model
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 

@@ -3,9 +3,9 @@
 import json
 from pathlib import Path
 
+from gradlanes.experiment.models import ModelSpec, save_initial_params
+from gradlanes.experiment.naming import parse_model_key
 from gradlanes.joblog import job_logging
-from gradlanes.models import ModelSpec, save_initial_params
-from gradlanes.naming import parse_model_key
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 

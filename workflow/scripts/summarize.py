@@ -5,7 +5,7 @@ from pathlib import Path
 
 from gradlanes.atomic import atomic_path, write_text
 from gradlanes.joblog import job_logging
-from gradlanes.summary import agreement_verdicts, lane_rows, load_records, markdown, reference_errors
+from gradlanes.report.summary import agreement_verdicts, lane_rows, load_records, markdown, reference_errors
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 

@@ -3,9 +3,9 @@
 import json
 from pathlib import Path
 
-from gradlanes.experiment import resolve_from_manifest
+from gradlanes.experiment.spec import resolve_from_manifest
 from gradlanes.joblog import job_logging
-from gradlanes.lane import LanePaths, run_lane
+from gradlanes.run.lane import LanePaths, run_lane
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from gradlanes.bench import workloads as w
     from gradlanes.bench.protocol import interleaved, matmul_limit
-    from gradlanes.dataset import load
+    from gradlanes.data.dataset import load
 
     torch = w._torch()
     if torch is not None:

@@ -20,13 +20,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gradlanes import handkernel
 from gradlanes.bench import numpy_models as nm
-from gradlanes.capture import capture, count_equations
-from gradlanes.experiment import resolve
-from gradlanes.interpreter import Interpreter
-from gradlanes.jaxcompat import ClosedJaxpr, jaxpr_as_fun
-from gradlanes.models import init_params
+from gradlanes.engines import handkernel
+from gradlanes.experiment.models import init_params
+from gradlanes.experiment.spec import resolve
+from gradlanes.program.capture import capture, count_equations
+from gradlanes.program.interpreter import Interpreter
+from gradlanes.program.jaxcompat import ClosedJaxpr, jaxpr_as_fun
 
 
 @dataclass

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm import tqdm
 
-from gradlanes.batching import batch_order
-from gradlanes.compiles import compile_window, total_compiles
-from gradlanes.dataset import Dataset
-from gradlanes.experiment import Experiment
+from gradlanes.data.dataset import Dataset
+from gradlanes.experiment.batching import batch_order
+from gradlanes.experiment.losses import loss_numpy
+from gradlanes.experiment.spec import Experiment
 from gradlanes.joblog import UserFacingError
-from gradlanes.losses import loss_numpy
+from gradlanes.run.compiles import compile_window, total_compiles
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@
   once per step; the eval forward and the optimizer-init programs are compiled before training so
   that the training window holds exactly one compilation.
 - `InterpreterEngine` evaluates the same captured programs equation by equation in NumPy.
-- `HandKernelEngine` runs the softmax-regression kernels of `gradlanes.handkernel` (no program).
+- `HandKernelEngine` runs the softmax-regression kernels of `gradlanes.engines.handkernel` (no program).
 
 Each keeps its own weights and optimizer state between steps, in its own memory (device buffers
 for XLA, NumPy arrays otherwise); `params()` brings them back to the host.
@@ -17,11 +17,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from gradlanes import handkernel
-from gradlanes.capture import CapturedProgram
+from gradlanes.engines import handkernel
 from gradlanes.environment import cpu_model
-from gradlanes.interpreter import Interpreter
-from gradlanes.jaxcompat import ClosedJaxpr, jaxpr_as_fun
+from gradlanes.program.capture import CapturedProgram
+from gradlanes.program.interpreter import Interpreter
+from gradlanes.program.jaxcompat import ClosedJaxpr, jaxpr_as_fun
 
 
 class DeviceUnavailable(RuntimeError):

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradlanes.losses import loss_grad_numpy
-from gradlanes.numerics import FLOAT32_U
+from gradlanes.experiment.losses import loss_grad_numpy
+from gradlanes.run.numerics import FLOAT32_U
 
 
 def _gamma(n: int) -> float:

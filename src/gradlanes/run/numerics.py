@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gradlanes.jaxcompat import Jaxpr, Literal, called_jaxpr, sub_jaxprs
+from gradlanes.program.jaxcompat import Jaxpr, Literal, called_jaxpr, sub_jaxprs
 
 #: float32 unit roundoff (round to nearest): half the gap between 1 and the next float32.
 FLOAT32_U = 2.0**-24
@@ -120,8 +120,8 @@ def _magnitude_sums(loss: str, model):
     import jax
     import jax.numpy as jnp
 
-    from gradlanes.losses import loss_fn, term_magnitudes
-    from gradlanes.models import forward
+    from gradlanes.experiment.losses import loss_fn, term_magnitudes
+    from gradlanes.experiment.models import forward
 
     def example(p, x, label):
         return loss_fn(loss, forward(model, p, x[None]), label[None])

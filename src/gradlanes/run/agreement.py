@@ -5,9 +5,9 @@ Per lane and seed, against the float64 reference of the lane's own captured prog
 - `step0_loss`, `step0_grad`: the engine's loss and gradient at the initial weights;
 - `trained_loss`, `trained_grad`: the same at the lane's own trained weights, where no weight is
   zero and every path is live;
-each in float32 units of that quantity (`gradlanes.numerics`) with a bound derived from the
+each in float32 units of that quantity (`gradlanes.run.numerics`) with a bound derived from the
 program's reduction lengths, and ReLU decisions that float32 cannot make granted
-(`gradlanes.kinks`);
+(`gradlanes.run.kinks`);
 - `early_loss`: the lane's first training losses (from its curve) against the float64 reference
   trained for the same steps on the same batches, in float32 units of the loss; Adam's division by
   sqrt(v) + eps amplifies rounding along a trajectory, so this bound is calibrated, not derived.
@@ -33,15 +33,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gradlanes.batching import batch_order, first_batch
-from gradlanes.capture import CapturedProgram, capture
-from gradlanes.dataset import Dataset
+from gradlanes.data.dataset import Dataset
 from gradlanes.engines import make_engine
-from gradlanes.experiment import Experiment
-from gradlanes.interpreter import Interpreter
-from gradlanes.kinks import grant_kink_decisions
-from gradlanes.lane import load_model
-from gradlanes.numerics import (
+from gradlanes.experiment.batching import batch_order, first_batch
+from gradlanes.experiment.spec import Experiment
+from gradlanes.program.capture import CapturedProgram, capture
+from gradlanes.program.interpreter import Interpreter
+from gradlanes.run.kinks import grant_kink_decisions
+from gradlanes.run.lane import load_model
+from gradlanes.run.numerics import (
     FLOAT32_U,
     MATMUL_UNIT_ROUNDOFF,
     per_example_scale,

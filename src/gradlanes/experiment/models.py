@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gradlanes.naming import model_key
+from gradlanes.experiment.naming import model_key
 
 INITIALIZERS = {
     "lecun_normal": jax.nn.initializers.lecun_normal,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import jax.monitoring
 
-from gradlanes.jaxcompat import BACKEND_COMPILE_EVENT
+from gradlanes.program.jaxcompat import BACKEND_COMPILE_EVENT
 
 _lock = threading.Lock()
 _total = 0
@@ -30,7 +30,7 @@ jax.monitoring.register_event_duration_secs_listener(_on_duration)
 
 
 def total_compiles() -> int:
-    """Backend compilations in this process since gradlanes.compiles was imported."""
+    """Backend compilations in this process since gradlanes.run.compiles was imported."""
     return _total
 
 

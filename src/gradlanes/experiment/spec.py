@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gradlanes.models import ModelSpec
+from gradlanes.experiment.models import ModelSpec
 
 
 @dataclass(frozen=True)

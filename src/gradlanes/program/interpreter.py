@@ -15,7 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from gradlanes.jaxcompat import CALL_JAXPR_PARAM, ClosedJaxpr, Jaxpr, Literal, called_jaxpr, sub_jaxprs
+from gradlanes.program.jaxcompat import (
+    CALL_JAXPR_PARAM,
+    ClosedJaxpr,
+    Jaxpr,
+    Literal,
+    called_jaxpr,
+    sub_jaxprs,
+)
 
 Rule = Callable[..., Any]
 RULES: dict[str, Rule] = {}
@@ -399,7 +406,7 @@ class Interpreter:
         if missing:
             raise UnsupportedPrimitive(
                 f"the interpreter has no rule for primitive(s) {', '.join(sorted(missing))} used in "
-                f"the captured {label}; add a rule to gradlanes.interpreter.RULES or run this "
+                f"the captured {label}; add a rule to gradlanes.program.interpreter.RULES or run this "
                 "lane on engine 'xla'"
             )
         self._plan = _Plan(program.jaxpr, program.consts, widen=widen)

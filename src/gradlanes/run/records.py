@@ -1,7 +1,7 @@
 """Result records: assembled from a training run, validated against the schema, written atomically.
 
 A lane writes three files under `results/runs/<lane>/seed-<seed>/`: `record.json` (validated
-against `workflow/schemas/record.schema.json` before it is written), `curve.parquet` (loss per step,
+against `gradlanes/schemas/record.schema.json` before it is written), `curve.parquet` (loss per step,
 test loss and accuracy per evaluation) and `digits.txt`.
 """
 
@@ -17,12 +17,13 @@ import numpy as np
 import pandas as pd
 
 from gradlanes.atomic import atomic_path, write_json, write_text
-from gradlanes.environment import REPO, environment
-from gradlanes.experiment import Experiment
-from gradlanes.numerics import MATMUL_UNIT_ROUNDOFF
+from gradlanes.environment import environment
+from gradlanes.experiment.spec import Experiment
+from gradlanes.run.numerics import MATMUL_UNIT_ROUNDOFF
+from gradlanes.schemas import RECORD, schema_path
 
 SCHEMA_VERSION = 1
-RECORD_SCHEMA = REPO / "workflow" / "schemas" / "record.schema.json"
+RECORD_SCHEMA = schema_path(RECORD)
 CURVE_COLUMNS = {
     "kind": "string",
     "step": "int64",

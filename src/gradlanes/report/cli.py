@@ -43,7 +43,7 @@ def _lane_settings(config: dict, lane: str) -> dict:
 def table(args) -> str:
     import pandas as pd
 
-    from gradlanes.summary import reference_text
+    from gradlanes.report.summary import reference_text
 
     root = _project(args.project)
     path = root / "results" / "summary.parquet"
@@ -134,12 +134,12 @@ def digits(args) -> str:
 
 
 def predict(args) -> str:
-    from gradlanes.capture import capture
-    from gradlanes.digits import ascii_digit
-    from gradlanes.drawn import load_greyscale, mnist_style
-    from gradlanes.experiment import resolve
-    from gradlanes.interpreter import Interpreter
-    from gradlanes.lane import load_model
+    from gradlanes.experiment.spec import resolve
+    from gradlanes.program.capture import capture
+    from gradlanes.program.interpreter import Interpreter
+    from gradlanes.report.digits import ascii_digit
+    from gradlanes.report.drawn import load_greyscale, mnist_style
+    from gradlanes.run.lane import load_model
 
     root = _project(args.project)
     config = _config(root)

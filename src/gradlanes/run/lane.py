@@ -16,16 +16,16 @@ from pathlib import Path
 
 import numpy as np
 
-from gradlanes import compiles  # noqa: F401 - registers the compile listener before anything compiles
 from gradlanes.atomic import atomic_path, write_json
-from gradlanes.capture import capture
-from gradlanes.dataset import load
-from gradlanes.digits import render
+from gradlanes.data.dataset import load
 from gradlanes.engines import DeviceUnavailable, make_engine
 from gradlanes.environment import usable_cores
-from gradlanes.experiment import Experiment
-from gradlanes.records import base_record, curve_frame, fill_from_run, ir_sizes, write_outputs
-from gradlanes.train import TrainingDiverged, train
+from gradlanes.experiment.spec import Experiment
+from gradlanes.program.capture import capture
+from gradlanes.report.digits import render
+from gradlanes.run import compiles  # noqa: F401 - registers the compile listener before anything compiles
+from gradlanes.run.records import base_record, curve_frame, fill_from_run, ir_sizes, write_outputs
+from gradlanes.run.train import TrainingDiverged, train
 
 log = logging.getLogger(__name__)
 DIGITS_SHOWN = 6

@@ -14,11 +14,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gradlanes.experiment import Experiment
-from gradlanes.jaxcompat import ClosedJaxpr, Jaxpr, sub_jaxprs
-from gradlanes.losses import loss_fn
-from gradlanes.models import forward
-from gradlanes.optim import make_optimizer
+from gradlanes.experiment.losses import loss_fn
+from gradlanes.experiment.models import forward
+from gradlanes.experiment.optimizers import make_optimizer
+from gradlanes.experiment.spec import Experiment
+from gradlanes.program.jaxcompat import ClosedJaxpr, Jaxpr, sub_jaxprs
 
 #: A lane's `matmul_precision` as JAX names it. Captured into every dot_general of the program, so
 #: XLA on a GPU computes float32 products in float32 (not TF32) unless the lane asks for tf32.

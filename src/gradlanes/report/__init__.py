@@ -1,0 +1,1 @@
+"""What readers see: summary tables, figures, ASCII digits and the `gradlanes` command."""
