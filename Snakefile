@@ -9,6 +9,7 @@ configfile: "config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
+include: "workflow/rules/program.smk"
 include: "workflow/rules/lanes.smk"
 include: "workflow/rules/checks.smk"
 include: "workflow/rules/results.smk"
@@ -20,6 +21,7 @@ report: "workflow/report/workflow.rst"
 
 rule all:
     input:
+        all_program_manifests(),
         all_lane_records(),
         "results/checks/agreement.json",
         "results/summary.md",

@@ -8,12 +8,13 @@ import pytest
 import yaml
 from conftest import REPO, small_lane
 
+from gradlanes.data.description import MNIST
+from gradlanes.engines.compiles import compile_window
 from gradlanes.experiment.models import ModelSpec, init_params
 from gradlanes.experiment.spec import resolve
 from gradlanes.program.capture import capture
 from gradlanes.program.interpreter import Interpreter
 from gradlanes.program.jaxcompat import jaxpr_as_fun
-from gradlanes.run.compiles import compile_window
 from gradlanes.run.kinks import grant_kink_decisions
 from gradlanes.run.numerics import (
     per_example_scale,
@@ -34,7 +35,7 @@ COMBINATIONS = [
 
 
 def experiment(settings, seed=0):
-    return resolve("probe", settings, seed, 784, 10, 60000, 10000)
+    return resolve("probe", settings, seed, MNIST)
 
 
 def random_batch(exp, seed):

@@ -63,7 +63,11 @@ def test_unknown_lane_key():
         ),
         (
             lambda c: c["lanes"]["host"].update(engine="gpu"),
-            "'lanes.host.engine' must be one of 'xla', 'interpreter', 'handkernel'; got 'gpu'",
+            "'lanes.host.engine': no engine 'gpu' is installed (engines: handkernel, interpreter,",
+        ),
+        (
+            lambda c: c["lanes"]["host"].update(engine="Bad-Name"),
+            "'lanes.host.engine' must be a string matching ^[a-z][a-z0-9_]*$; got 'Bad-Name'",
         ),
         (
             lambda c: c["lanes"]["host"].update(model="resnet"),
@@ -91,7 +95,11 @@ def test_semantic_rules():
     message = problems_of(lambda c: c["agreement"]["pairs"]["host_vs_xla_cpu"].update(reference="nope"))
     assert "names lane(s) 'nope' not under 'lanes'" in message
     message = problems_of(lambda c: c["lanes"]["host"].update(matmul_precision="tf32"))
-    assert "'lanes.host.matmul_precision' tf32 needs engine 'xla'" in message
+    assert "'lanes.host.matmul_precision' tf32 is not offered by engine 'interpreter'" in message
+    message = problems_of(lambda c: c["lanes"]["host"].update(device="gpu"))
+    assert "'lanes.host.device' is 'gpu', but engine 'interpreter' runs on 'cpu'" in message
+    message = problems_of(lambda c: c["lanes"]["host"].update(fuse_steps=2))
+    assert "'lanes.host.fuse_steps' needs an engine that fuses steps; 'interpreter' does not" in message
     message = problems_of(lambda c: c["lanes"]["xla_cpu"].update(matmul_precision="tf32"))
     assert "compares lanes that differ in matmul_precision" in message
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from jax import lax
 
+from gradlanes.engines.compiles import compile_window
 from gradlanes.program.interpreter import RULES, Interpreter, UnsupportedPrimitive
 from gradlanes.program.jaxcompat import eval_jaxpr
-from gradlanes.run.compiles import compile_window
 from gradlanes.run.numerics import FLOAT32_U, probabilistic_bound, reduction_chain
 
 rng = np.random.default_rng(1234)

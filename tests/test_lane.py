@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from conftest import small_lane
 
+from gradlanes.data.description import MNIST
 from gradlanes.experiment.models import save_initial_params
 from gradlanes.experiment.spec import resolve
 from gradlanes.run.lane import LanePaths, run_lane
@@ -18,7 +19,7 @@ from gradlanes.run.train import TrainingDiverged
 
 
 def run(tmp_path, prepared_mnist, settings, name="probe", seed=0):
-    exp = resolve(name, settings, seed, 784, 10, 60000, 10000)
+    exp = resolve(name, settings, seed, MNIST)
     init = tmp_path / f"init-{exp.model.key}-{seed}.npz"
     if not init.exists():
         save_initial_params(exp.model, seed, init)
@@ -31,9 +32,9 @@ def run(tmp_path, prepared_mnist, settings, name="probe", seed=0):
         out / "curve.parquet",
         out / "digits.txt",
         out / "model.npz",
-        out / "failed.json",
+        failure=out / "failed.json",
     )
-    return exp, paths, run_lane(exp, paths)
+    return exp, paths, run_lane(exp, paths).as_dict()
 
 
 def test_xla_lane_compiles_its_step_exactly_once(tmp_path, prepared_mnist):
@@ -130,4 +131,4 @@ def test_fused_steps_compile_once_and_train_like_single_steps(tmp_path, prepared
 
 def test_fuse_steps_must_divide_the_run():
     with pytest.raises(ValueError, match="not a multiple of fuse_steps 5"):
-        resolve("probe", small_lane(steps=12, fuse_steps=5), 0, 784, 10, 60000, 10000)
+        resolve("probe", small_lane(steps=12, fuse_steps=5), 0, MNIST)

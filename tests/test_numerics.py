@@ -16,6 +16,7 @@ import pytest
 from conftest import small_lane
 from jax import lax
 
+from gradlanes.data.description import MNIST, DatasetDescription
 from gradlanes.engines import handkernel
 from gradlanes.experiment.losses import loss_grad_numpy
 from gradlanes.experiment.spec import resolve
@@ -64,7 +65,7 @@ def test_widened_dtypes():
 def softmax_experiment(**overrides):
     settings = small_lane(model="softmax", loss="xent", optimizer="sgd", init="zeros", learning_rate=0.1)
     settings.update(overrides)
-    return resolve("probe", settings, 0, 784, 10, 60000, 10000)
+    return resolve("probe", settings, 0, MNIST)
 
 
 def batch(size, inputs=784, classes=10):
@@ -97,7 +98,7 @@ def test_reduction_chain_adds_the_lengths_along_the_longest_path():
 
 
 def test_the_mlp_gradient_chain_spans_batch_and_layers():
-    exp = resolve("probe", small_lane(loss="mse"), 0, 784, 10, 60000, 10000)
+    exp = resolve("probe", small_lane(loss="mse"), 0, MNIST)
     chains = reduction_chain(capture(exp).gradient.jaxpr)
     # w1's gradient sums over the batch after 784-, 32- and 10-long products forward and back
     assert max(chains[1:]) >= exp.batch_size + 784 + 32 + 10
@@ -170,10 +171,7 @@ def mlp_case(batch_size=6, inputs=16, hidden=8, classes=3):
         "probe",
         small_lane(loss="mse", hidden=hidden, batch_size=batch_size, train_images=batch_size, test_images=8),
         0,
-        inputs,
-        classes,
-        64,
-        64,
+        DatasetDescription("probe", classes, (inputs,), 64, 64, {}),
     )
     return exp, params, images, labels
 
@@ -268,7 +266,7 @@ def tf32(x: np.ndarray) -> np.ndarray:
 
 
 def test_xla_within_the_float32_bound_tf32_only_within_its_own_and_bugs_far_outside():
-    exp = resolve("probe", small_lane(loss="mse"), 0, 784, 10, 60000, 10000)
+    exp = resolve("probe", small_lane(loss="mse"), 0, MNIST)
     program = capture(exp)
     from gradlanes.experiment.models import init_params
 

@@ -19,6 +19,7 @@ def run_snakemake(
     overrides: dict | None = None,
     configfile: Path = REPO / "config.yaml",
     timeout: float = 600,
+    env: dict | None = None,
 ) -> subprocess.CompletedProcess:
     """Run snakemake with `configfile` and `overrides` merged over it; return the finished process."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -39,7 +40,7 @@ def run_snakemake(
         "2",
         *args,
     ]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     return subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
 
 

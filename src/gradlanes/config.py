@@ -2,8 +2,9 @@
 
 Two passes: the JSON schema (`gradlanes/schemas/config.schema.yaml`), whose errors are rewritten
 into one line per problem naming the dotted key and the allowed values or range; then the rules a
-schema cannot express (a lane needs exactly one of steps/epochs, a hand-kernel lane implements only
-softmax + xent + sgd, agreement checks must compare lanes that run the same experiment).
+schema cannot express (a lane needs exactly one of steps/epochs, its engine must be installed and
+able to run its settings, agreement checks must compare lanes that run the same experiment). What
+an engine can run is asked of its plugin (`gradlanes.engines.registry`), never of its name.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Any
 
 import jsonschema
 import yaml
+
+from gradlanes.engines.registry import UnknownEngine, get_engine
 
 
 class ConfigError(ValueError):
@@ -98,9 +101,6 @@ def schema_errors(config: Mapping, schema: Mapping) -> list[str]:
     return list(dict.fromkeys(_explain(e, schema) for e in errors))
 
 
-LANE_RULES = {
-    "handkernel": {"model": "softmax", "loss": "xent", "optimizer": "sgd", "schedule": "constant"},
-}
 #: Settings two lanes must share for their results to be comparable in an agreement check.
 SHARED_EXPERIMENT = (
     "model",
@@ -119,30 +119,30 @@ SHARED_EXPERIMENT = (
 )
 
 
+def engine_errors(lane: str, settings: Mapping) -> list[str]:
+    """Whether the lane's engine is installed and can run the lane's settings."""
+    try:
+        plugin = get_engine(settings["engine"])
+    except UnknownEngine as unknown:
+        return [f"'lanes.{lane}.engine': {unknown}"]
+    return plugin.settings_errors(lane, settings)
+
+
 def semantic_errors(config: Mapping) -> list[str]:
     problems = []
     lanes = config.get("lanes", {})
     for name, lane in lanes.items():
         if ("steps" in lane) == ("epochs" in lane):
             problems.append(f"lane '{name}' needs exactly one of 'steps' or 'epochs'")
-        for key, required in LANE_RULES.get(lane.get("engine"), {}).items():
-            if lane.get(key, required) != required:
-                problems.append(
-                    f"'lanes.{name}.{key}' is {lane.get(key)!r}, but engine "
-                    f"{lane['engine']!r} implements only {key} {required!r}"
-                )
-        if lane.get("engine") != "xla" and lane.get("device", "cpu") != "cpu":
-            problems.append(f"'lanes.{name}.device' is only meaningful for engine 'xla'")
-        if lane.get("engine") != "xla" and lane.get("matmul_precision", "highest") != "highest":
-            problems.append(
-                f"'lanes.{name}.matmul_precision' tf32 needs engine 'xla'; NumPy engines compute "
-                "float32 products in float32 (highest)"
-            )
-        if lane.get("engine") != "xla" and lane.get("fuse_steps", 1) != 1:
-            problems.append(f"'lanes.{name}.fuse_steps' needs engine 'xla' (it compiles a scan of steps)")
+        problems += engine_errors(name, lane)
         batch, train = lane.get("batch_size"), lane.get("train_images", "all")
         if isinstance(batch, int) and isinstance(train, int) and batch > train:
             problems.append(f"'lanes.{name}.batch_size' is {batch}, larger than train_images {train}")
+    for engine in config.get("bench", {}).get("engines", []):
+        try:
+            get_engine(engine)
+        except UnknownEngine as unknown:
+            problems.append(f"'bench.engines': {unknown}")
     for name, check in config.get("agreement", {}).get("pairs", {}).items():
         pair = [check.get("reference"), check.get("candidate")]
         missing = [lane for lane in pair if lane not in lanes]

@@ -10,6 +10,7 @@ rule bench:
         markdown="results/bench.md",
     params:
         reps=5,
+        engines=bench_engines(),
     log:
         "logs/bench.log",
     script:

@@ -38,8 +38,9 @@ def dataset_manifest():
     return f"{dataset_dir()}/manifest.json"
 
 
-# ---- lanes -----------------------------------------------------------------------------------
-from gradlanes.experiment.naming import model_key
+# ---- programs and lanes ----------------------------------------------------------------------
+from gradlanes.engines.registry import get_engine
+from gradlanes.experiment.naming import model_key, program_id
 
 LANES = list(config["lanes"])
 SEEDS = [int(seed) for seed in config["seeds"]]
@@ -56,6 +57,37 @@ def lane_threads():
     except WorkflowError:  # remote executors leave --cores unset
         return 1
     return cores if isinstance(cores, int) and 0 < cores < 4096 else 1
+
+
+def lane_program_id(lane):
+    return program_id(DATASET, config["lanes"][lane])
+
+
+def program_lanes():
+    """Lanes whose engine runs the captured program (the hand kernels run none)."""
+    return [lane for lane in LANES if get_engine(config["lanes"][lane]["engine"]).runs_program]
+
+
+def program_manifest(program):
+    return f"results/programs/{program}/program.json"
+
+
+def all_program_manifests():
+    return sorted({program_manifest(lane_program_id(lane)) for lane in program_lanes()})
+
+
+def capture_settings(wildcards):
+    """The settings of the first lane that runs this program (every such lane traces the same one)."""
+    lane = next(lane for lane in program_lanes() if lane_program_id(lane) == wildcards.program)
+    return {"lane": lane, "settings": config["lanes"][lane]}
+
+
+def lane_program_input(lane):
+    return {"program": program_manifest(lane_program_id(lane))} if lane in program_lanes() else {}
+
+
+def lane_gpus(lane):
+    return 1 if config["lanes"][lane].get("device", "cpu") == "gpu" else 0
 
 
 def lane_model_key(lane):
@@ -120,5 +152,10 @@ def figure_inputs(wildcards):
 
 
 # ---- benchmark -------------------------------------------------------------------------------
+def bench_engines():
+    """Installed engines the benchmark adds rows for, beside its built-in ones (config bench.engines)."""
+    return config["bench"]["engines"]
+
+
 BENCH_WORKLOADS = ["tlaloc", "rusty_16x8_float64", "rusty_16x8_float32", "rusty_256x64_float64",
                    "rusty_256x64_float32", "softmax_b32", "softmax_b4096"]

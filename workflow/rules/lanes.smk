@@ -22,6 +22,7 @@ for lane in LANES:
             arrays=dataset_arrays(),
             manifest=dataset_manifest(),
             init=init_weights_path(lane),
+            **lane_program_input(lane),
         output:
             **lane_outputs(lane),
         params:
@@ -35,5 +36,8 @@ for lane in LANES:
             f"logs/benchmarks/train/{lane}/seed-{{seed}}.tsv"
         # Each lane gets the whole machine, so lanes never share cores while they are timed.
         threads: lane_threads()
+        # A GPU lane asks for one GPU (the SLURM executor turns it into --gpus=1); others for none.
+        resources:
+            gpu=lane_gpus(lane),
         script:
             "../scripts/train_lane.py"

@@ -1,14 +1,14 @@
-"""Snakemake glue for rule agreement; the logic lives in gradlanes.agreement."""
+"""Snakemake glue for rule agreement; the logic lives in gradlanes.run.agreement."""
 
 import json
-from pathlib import Path
 
 from gradlanes.atomic import write_json
 from gradlanes.data.dataset import load
-from gradlanes.experiment.spec import resolve_from_manifest
+from gradlanes.data.description import DatasetDescription
+from gradlanes.experiment.spec import resolve
 from gradlanes.joblog import UserFacingError, job_logging
 from gradlanes.run.agreement import LaneFiles, pair_checks, reference_checks, summarize
-from gradlanes.run.lane import load_initial_params
+from gradlanes.run.modelfile import load_initial_params
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 
@@ -25,13 +25,13 @@ def describe(check) -> str:
 
 
 with job_logging(smk.log[0]) as log:
-    manifest = json.loads(Path(smk.input.manifest).read_text())
+    dataset = DatasetDescription.read(smk.input.manifest)
     settings = smk.params.agreement
     datasets = {}
     checks = []
 
     def experiment(lane, seed):
-        return resolve_from_manifest(lane, smk.params.lanes[lane], seed, manifest)
+        return resolve(lane, smk.params.lanes[lane], seed, dataset)
 
     def files(lane, seed):
         return LaneFiles(*(smk.input[f"{lane}/{seed}/{kind}"] for kind in ("record", "curve", "model")))

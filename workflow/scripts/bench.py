@@ -20,5 +20,6 @@ with open(smk.log[0], "w") as log, contextlib.redirect_stderr(log), contextlib.r
             str(smk.params.reps),
             "--snakemake-dir",
             ".",
+            *[arg for engine in smk.params.engines for arg in ("--engine", engine)],
         ]
     )

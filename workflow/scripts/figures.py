@@ -1,4 +1,4 @@
-"""Snakemake glue for rule figures; the drawing lives in gradlanes.figures."""
+"""Snakemake glue for rule figures; the drawing lives in gradlanes.report.figures."""
 
 import json
 from pathlib import Path
@@ -8,7 +8,7 @@ import pandas as pd
 
 from gradlanes.joblog import job_logging
 from gradlanes.report import figures
-from gradlanes.run.lane import load_model
+from gradlanes.run.modelfile import load_model
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
 
@@ -16,14 +16,19 @@ with job_logging(smk.log[0]) as log:
     lanes, seeds = smk.params.lanes, smk.params.seeds
     records = {lane: json.loads(Path(smk.input[f"{lane}/{seeds[0]}/record"]).read_text()) for lane in lanes}
     ok = [lane for lane in lanes if records[lane]["status"] == "ok"]
+    # Every lane of the config, run or not, so that a lane keeps its colour in every figure.
+    styles = figures.lane_styles(lanes, {lane: records[lane]["engine"] for lane in lanes})
     curves = {lane: [pd.read_parquet(smk.input[f"{lane}/{seed}/curve"]) for seed in seeds] for lane in ok}
     figures.loss_curves(
         {lane: curves[lane][0] for lane in ok},
         {lane: records[lane]["config"]["steps_per_epoch"] for lane in ok},
         smk.output.loss_curves,
+        styles,
     )
     figures.accuracy_per_epoch(
-        {lane: curves[lane] for lane in ok if lane in smk.params.minibatch}, smk.output.accuracy_per_epoch
+        {lane: curves[lane] for lane in ok if lane in smk.params.minibatch},
+        smk.output.accuracy_per_epoch,
+        styles,
     )
     predictions = {lane: load_model(smk.input[f"{lane}/model"]).predictions for lane in ok}
     tested = min(len(p) for p in predictions.values())
@@ -32,5 +37,5 @@ with job_logging(smk.log[0]) as log:
     figures.digit_grid(
         pixels, labels, {lane: p[:tested] for lane, p in predictions.items()}, smk.output.digits
     )
-    figures.cost_and_accuracy(pd.read_parquet(smk.input.summary), smk.output.cost_accuracy)
+    figures.cost_and_accuracy(pd.read_parquet(smk.input.summary), smk.output.cost_accuracy, styles)
     log.info("drew %d figures for lanes %s", 4, ", ".join(ok))

@@ -1,8 +1,6 @@
 """Snakemake glue for rule init_weights; the logic lives in gradlanes.models."""
 
-import json
-from pathlib import Path
-
+from gradlanes.data.description import DatasetDescription
 from gradlanes.experiment.models import ModelSpec, save_initial_params
 from gradlanes.experiment.naming import parse_model_key
 from gradlanes.joblog import job_logging
@@ -10,11 +8,8 @@ from gradlanes.joblog import job_logging
 smk = snakemake  # noqa: F821 - injected by Snakemake
 
 with job_logging(smk.log[0]) as log:
-    manifest = json.loads(Path(smk.input.manifest).read_text())
+    dataset = DatasetDescription.read(smk.input.manifest)
     name, hidden, init = parse_model_key(smk.wildcards.model_key)
-    inputs = 1
-    for size in manifest["image_shape"]:
-        inputs *= size
-    spec = ModelSpec(name=name, inputs=inputs, classes=manifest["classes"], hidden=hidden, init=init)
+    spec = ModelSpec(name=name, inputs=dataset.inputs, classes=dataset.classes, hidden=hidden, init=init)
     save_initial_params(spec, int(smk.wildcards.seed), smk.output[0])
     log.info("initial weights for %s, seed %s: %s", spec.key, smk.wildcards.seed, spec.shapes())

@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--snakemake-dir", help="time snakemake's planning in this folder")
+    parser.add_argument("--engine", action="append", default=[], help="an installed engine to add rows for")
     args = parser.parse_args(argv)
 
     by_threads = {}
@@ -58,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
             ]
             if args.quick:
                 command.append("--quick")
+            for engine in args.engine:
+                command += ["--engine", engine]
             subprocess.run(command, env={**os.environ, **thread_env(threads)}, check=True)
             by_threads[threads] = json.loads(out.read_text())
     snakemake = snakemake_timing(Path(args.snakemake_dir)) if args.snakemake_dir else None

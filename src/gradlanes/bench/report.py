@@ -9,6 +9,12 @@ H200_BYTES_PER_S = 4.8e12
 GB10_TLALOC_MS = 13.8
 
 
+def _engine_rank(row: dict) -> tuple[int, str]:
+    """The built-in rows in a fixed order, then engines added with --engine, by name."""
+    name = row["engine"]
+    return (ENGINE_ORDER.index(name), "") if name in ENGINE_ORDER else (len(ENGINE_ORDER), name)
+
+
 def _row(rows: list[dict], engine: str) -> dict | None:
     return next((r for r in rows if r["engine"] == engine and r["status"] == "ok"), None)
 
@@ -30,7 +36,7 @@ def workload_table(work: dict, limits: dict, threads: int) -> list[str]:
         f"matmul limit ({limit:,.0f} GFLOP/s) | cores busy | final loss | peak RSS MB |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    rows = sorted(work["rows"], key=lambda r: ENGINE_ORDER.index(r["engine"]))
+    rows = sorted(work["rows"], key=_engine_rank)
     for row in rows:
         if row["status"] != "ok":
             lines.append(f"| {row['engine']} | — | {row['reason']} | — | — | — | — | — | — |")

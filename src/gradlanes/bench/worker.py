@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="few steps per rep (tests)")
     parser.add_argument("--json", required=True)
+    parser.add_argument("--engine", action="append", default=[], help="an installed engine to add rows for")
     args = parser.parse_args(argv)
+    engines = tuple(args.engine)
 
     from gradlanes.bench.protocol import pin_to_cores
 
@@ -71,13 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     images, labels = data.train_images, data.train_labels
     scale = 10 if args.quick else 1
     builders = [
-        lambda: w.tlaloc(images, labels, steps=max(2, 20 // scale)),
+        lambda: w.tlaloc(images, labels, steps=max(2, 20 // scale), engines=engines),
         lambda: w.rusty(8, 16, 8, 1000 // scale, "float64"),
         lambda: w.rusty(8, 16, 8, 1000 // scale, "float32"),
         lambda: w.rusty(64, 256, 64, 100 // scale, "float64"),
         lambda: w.rusty(64, 256, 64, 100 // scale, "float32"),
-        lambda: w.softmax(images, labels, 32, 1000 // scale),
-        lambda: w.softmax(images, labels, 4096, 20 // scale),
+        lambda: w.softmax(images, labels, 32, 1000 // scale, engines=engines),
+        lambda: w.softmax(images, labels, 4096, 20 // scale, engines=engines),
     ]
     result = {
         "threads": args.threads,

@@ -1,5 +1,8 @@
 """The benchmark workloads and, for each, one runner per engine starting from identical data.
 
+Engines named with `--engine` (config `bench.engines`, e.g. iree) get rows on the lanes' own
+workloads (Tlaloc's step and the softmax steps) through their plugin, as a lane runs them.
+
 1. `tlaloc`: Tlaloc's step, MLP 784-128-10, MSE, Adam, a full batch of 4,096 MNIST images, float32.
 2. `rusty_<in>x<out>_<dtype>`: Rusty's shapes, loss mean((relu(x W + b) - t)^2) with SGD, on
    integer-derived data divided by 8 (so every engine starts from exactly the same numbers).
@@ -13,6 +16,7 @@ forward/backward) and `torch` (PyTorch eager on the CPU, when installed).
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -21,12 +25,20 @@ import jax.numpy as jnp
 import numpy as np
 
 from gradlanes.bench import numpy_models as nm
+from gradlanes.data.description import DatasetDescription
 from gradlanes.engines import handkernel
+from gradlanes.engines.base import EngineUnavailable
+from gradlanes.engines.registry import get_engine
 from gradlanes.experiment.models import init_params
 from gradlanes.experiment.spec import resolve
 from gradlanes.program.capture import capture, count_equations
 from gradlanes.program.interpreter import Interpreter
 from gradlanes.program.jaxcompat import ClosedJaxpr, jaxpr_as_fun
+
+
+def bench_dataset(images: np.ndarray) -> DatasetDescription:
+    """The benchmark's synthetic data as a dataset: its images are the whole training split."""
+    return DatasetDescription("bench", 10, (images.shape[1],), len(images), 10000, {})
 
 
 @dataclass
@@ -102,6 +114,49 @@ class InterpreterRunner:
         return float(loss)
 
 
+class EngineRunner:
+    """An installed engine (`gradlanes.engines`) driven through the `Engine` interface, as a lane drives it.
+
+    Every step reuses one staged batch. With `fused`, the experiment's `fuse_steps` steps run per
+    dispatch. An engine that cannot run here gives an 'unavailable' row with its reason.
+    """
+
+    def __init__(self, exp, params: dict, images: np.ndarray, labels: np.ndarray, suffix: str = ""):
+        self.name = f"{exp.engine}{suffix}"
+        self._exp, self._params, self._arrays = exp, params, (images, labels)
+        self.unavailable = None
+        try:
+            self._engine = get_engine(exp.engine).create(exp, capture(exp))
+        except EngineUnavailable as reason:
+            self.unavailable = str(reason)
+
+    def prepare(self) -> None:
+        self._engine.prepare(self._params)
+        self._engine.compile_step()
+        self._batch = self._engine.stage(*self._arrays)
+
+    def reset(self) -> None:
+        self._engine.prepare(self._params)
+
+    def run(self, steps: int) -> float:
+        losses = [math.nan]
+        for _ in range(steps // self._exp.fuse_steps):
+            losses = self._engine.step(self._batch)
+        return losses[-1]
+
+
+def engine_runners(engines: list[str], settings: dict, images, labels, steps: int) -> list[EngineRunner]:
+    """Per extra engine, a row stepping one batch (`images`, `labels`) per dispatch and a fused row."""
+    dataset = bench_dataset(images)
+    same_batch = {**settings, "batch_size": "full", "train_images": len(images), "steps": steps}
+    runners = []
+    for engine in engines:
+        for fuse, suffix in ((1, ""), (steps, "_fused")):
+            exp = resolve("bench", {**same_batch, "engine": engine, "fuse_steps": fuse}, 0, dataset)
+            runners.append(EngineRunner(exp, init_params(exp.model, 0), images, labels, suffix))
+    return runners
+
+
 class FunctionRunner:
     """A hand-written step function over a mutable state dict (NumPy or PyTorch)."""
 
@@ -151,7 +206,9 @@ def _xla_pair(program, carry, data, steps) -> tuple[XlaRunner, XlaRunner]:
     )
 
 
-def tlaloc(images: np.ndarray, labels: np.ndarray, steps: int = 20) -> Workload:
+def tlaloc(
+    images: np.ndarray, labels: np.ndarray, steps: int = 20, engines: tuple[str, ...] = ()
+) -> Workload:
     settings = {
         "engine": "xla",
         "model": "mlp",
@@ -165,7 +222,7 @@ def tlaloc(images: np.ndarray, labels: np.ndarray, steps: int = 20) -> Workload:
         "fuse_steps": steps,
         "train_images": 4096,
     }
-    exp = resolve("bench", settings, 0, images.shape[1], 10, len(images), 10000)
+    exp = resolve("bench", settings, 0, bench_dataset(images))
     program = capture(exp)
     params = init_params(exp.model, 0)
     x, y = images[:4096], labels[:4096].astype(np.int32)
@@ -199,6 +256,7 @@ def tlaloc(images: np.ndarray, labels: np.ndarray, steps: int = 20) -> Workload:
         InterpreterRunner(program.step, carry, data),
         FunctionRunner("numpy", numpy_state, numpy_step),
         _torch_mlp(params, x, targets),
+        *engine_runners(list(engines), settings, x, y, steps),
     ]
     return work
 
@@ -309,7 +367,9 @@ def _torch_rusty(torch, data, lr):
     return FunctionRunner("torch", make_state, step)
 
 
-def softmax(images: np.ndarray, labels: np.ndarray, batch: int, steps: int) -> Workload:
+def softmax(
+    images: np.ndarray, labels: np.ndarray, batch: int, steps: int, engines: tuple[str, ...] = ()
+) -> Workload:
     settings = {
         "engine": "xla",
         "model": "softmax",
@@ -322,7 +382,7 @@ def softmax(images: np.ndarray, labels: np.ndarray, batch: int, steps: int) -> W
         "fuse_steps": steps,
         "train_images": max(batch, 4096),
     }
-    exp = resolve("bench", settings, 0, images.shape[1], 10, len(images), 10000)
+    exp = resolve("bench", settings, 0, bench_dataset(images))
     program = capture(exp)
     # Every step reuses one batch, so that no engine pays for gathering or staging data.
     x, y = images[:batch], labels[:batch].astype(np.int32)
@@ -333,10 +393,7 @@ def softmax(images: np.ndarray, labels: np.ndarray, batch: int, steps: int) -> W
             "bench",
             {**settings, "batch_size": "full", "train_images": batch},
             0,
-            images.shape[1],
-            10,
-            len(images),
-            10000,
+            bench_dataset(images),
         )
     ).fused
     work = Workload(
@@ -362,6 +419,7 @@ def softmax(images: np.ndarray, labels: np.ndarray, batch: int, steps: int) -> W
         InterpreterRunner(program.step, carry, data),
         FunctionRunner("numpy", kernel_state, kernel_step),
         _torch_softmax(params, x, y),
+        *engine_runners(list(engines), settings, x, y, steps),
     ]
     return work
 

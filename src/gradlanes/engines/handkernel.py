@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from gradlanes.engines.base import EnginePlugin
+from gradlanes.environment import cpu_model
+
 
 def linear_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     """logits[B, C] = x[B, D] @ w[D, C] + b[C]."""
@@ -79,3 +82,47 @@ def sgd_step(
     """One training step: the gradient of the batch objective, then the SGD update."""
     loss, grads = loss_and_grad(params, x, labels)
     return {k: sgd_update(params[k], grads[k], learning_rate) for k in params}, loss
+
+
+class HandKernelEngine:
+    """The kernels above behind the `Engine` interface: SGD on softmax regression, no program."""
+
+    platform = "numpy"
+
+    def __init__(self, learning_rate: float):
+        self.learning_rate = learning_rate
+        self.device_kind = cpu_model()
+        self.dispatches = 0
+        self._params: dict[str, np.ndarray] = {}
+
+    def prepare(self, params: dict) -> None:
+        self._params = {k: np.array(v, dtype=np.float32) for k, v in params.items()}
+
+    def compile_step(self) -> None:
+        """Nothing to compile."""
+
+    def stage(self, images: np.ndarray, labels: np.ndarray):
+        return images, labels
+
+    def step(self, batch) -> list[float]:
+        self._params, loss = sgd_step(self._params, *batch, self.learning_rate)
+        return [float(loss)]
+
+    def logits(self, images) -> np.ndarray:
+        return linear_forward(images, self._params["w"], self._params["b"])
+
+    def params(self) -> dict[str, np.ndarray]:
+        return dict(self._params)
+
+    def loss_and_grad(self, params: dict, images: np.ndarray, labels: np.ndarray):
+        loss, grads = loss_and_grad(params, images, labels)
+        return float(loss), grads
+
+
+PLUGIN = EnginePlugin(
+    name="handkernel",
+    summary="softmax regression with explicit NumPy forward/backward kernels, no autodiff",
+    create=lambda exp, program: HandKernelEngine(exp.learning_rate),
+    runs_program=False,
+    implements_only={"model": "softmax", "loss": "xent", "optimizer": "sgd", "schedule": "constant"},
+)

@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from gradlanes.data.description import DatasetDescription
 from gradlanes.experiment.models import ModelSpec
+from gradlanes.experiment.naming import program_id
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class Experiment:
     log_rows: int
     fuse_steps: int = 1
     matmul_precision: str = "highest"  # the captured program's dot precision: highest or tf32
+    program_id: str = ""  # the folder of its captured program under results/programs/
 
     @property
     def epochs(self) -> float:
@@ -65,9 +68,7 @@ class Experiment:
         return asdict(self)
 
 
-def resolve(
-    lane: str, settings: dict, seed: int, inputs: int, classes: int, train_available: int, test_available: int
-) -> Experiment:
+def resolve(lane: str, settings: dict, seed: int, dataset: DatasetDescription) -> Experiment:
     """Turn validated lane settings into concrete sizes, with errors naming the lane and key."""
 
     def count(key: str, available: int) -> int:
@@ -78,8 +79,8 @@ def resolve(
             raise ValueError(f"'lanes.{lane}.{key}' is {value}, but the dataset has only {available} images")
         return int(value)
 
-    train_images = count("train_images", train_available)
-    test_images = count("test_images", test_available)
+    train_images = count("train_images", dataset.train_count)
+    test_images = count("test_images", dataset.test_count)
     full_batch = settings["batch_size"] == "full"
     batch_size = train_images if full_batch else int(settings["batch_size"])
     if batch_size > train_images:
@@ -96,8 +97,8 @@ def resolve(
         )
     model = ModelSpec(
         name=settings["model"],
-        inputs=inputs,
-        classes=classes,
+        inputs=dataset.inputs,
+        classes=dataset.classes,
         hidden=int(settings.get("hidden", 128)),
         init=settings.get("init", "lecun_normal"),
     )
@@ -121,13 +122,5 @@ def resolve(
         log_rows=int(settings.get("log_rows", 12)),
         fuse_steps=fuse_steps,
         matmul_precision=settings.get("matmul_precision", "highest"),
+        program_id=program_id(dataset.name, settings),
     )
-
-
-def resolve_from_manifest(lane: str, settings: dict, seed: int, manifest: dict) -> Experiment:
-    """`resolve` with the dataset's sizes read from the manifest `prepare_dataset` wrote."""
-    inputs = 1
-    for size in manifest["image_shape"]:
-        inputs *= int(size)
-    counts = manifest["counts"]
-    return resolve(lane, settings, seed, inputs, manifest["classes"], counts["train"], counts["test"])

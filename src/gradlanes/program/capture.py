@@ -18,7 +18,7 @@ from gradlanes.experiment.losses import loss_fn
 from gradlanes.experiment.models import forward
 from gradlanes.experiment.optimizers import make_optimizer
 from gradlanes.experiment.spec import Experiment
-from gradlanes.program.jaxcompat import ClosedJaxpr, Jaxpr, sub_jaxprs
+from gradlanes.program.jaxcompat import ClosedJaxpr, Jaxpr, sub_jaxprs, without_source_locations
 
 #: A lane's `matmul_precision` as JAX names it. Captured into every dot_general of the program, so
 #: XLA on a GPU computes float32 products in float32 (not TF32) unless the lane asks for tf32.
@@ -56,6 +56,7 @@ class CapturedProgram:
     eval_batch: int
     ir: dict[str, dict[str, int]] = field(default_factory=dict)
     primitives: list[str] = field(default_factory=list)
+    artifact: Any = None  # its ProgramArtifact (files and fingerprint), once a lane has built it
 
     @property
     def n_params(self) -> int:
@@ -109,7 +110,7 @@ def capture(exp: Experiment, eval_batch: int | None = None) -> CapturedProgram:
     Traced at the lane's matmul precision, so the precision is part of the program every engine
     receives (the NumPy engines compute float32 products exactly as `highest` asks).
     """
-    with jax.default_matmul_precision(JAX_PRECISION[exp.matmul_precision]):
+    with jax.default_matmul_precision(JAX_PRECISION[exp.matmul_precision]), without_source_locations():
         return _capture(exp, eval_batch)
 
 

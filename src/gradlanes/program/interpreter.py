@@ -11,7 +11,7 @@ elements. Unsupported primitives are found before the first step by walking the 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -307,6 +307,18 @@ def _widen_param(value: Any) -> Any:
     return value
 
 
+class PlanStep(NamedTuple):
+    """One equation of a plan; a tuple, so the run loop unpacks it as fast as a plain one."""
+
+    fn: Rule  # the rule (or a nested plan's `run`)
+    ins: list[int]  # slots of the operands
+    out: int | list[int]  # slot of the result, or slots of the results when `multiple`
+    params: dict[str, Any]
+    multiple: bool
+    dtype: Any  # the declared result dtype (a list of them when `multiple`)
+    frees: Any  # slots whose last reader this is, cleared after it runs
+
+
 class _Plan:
     """A jaxpr flattened into slot-addressed steps, built once and run many times.
 
@@ -357,20 +369,20 @@ class _Plan:
                 store(outs, result if multiple else (result,), dtypes)
                 continue
             if multiple:
-                steps.append([fn, ins, outs, params, True, dtypes, []])
+                steps.append(PlanStep(fn, ins, outs, params, True, dtypes, []))
             else:
-                steps.append([fn, ins, outs[0], params, False, dtypes[0], []])
+                steps.append(PlanStep(fn, ins, outs[0], params, False, dtypes[0], []))
         self.output_slots = [slot_of(v) for v in jaxpr.outvars]
         # Drop each intermediate right after its last reader, so peak memory stays near XLA's.
         keep = set(self.output_slots) | {i for i, v in enumerate(template) if v is not None}
         last_use: dict[int, int] = {}
         for index, step in enumerate(steps):
-            for slot in step[1]:
+            for slot in step.ins:
                 last_use[slot] = index
         for slot, index in last_use.items():
             if slot not in keep:
-                steps[index][6].append(slot)
-        self.steps = [(*step[:6], tuple(step[6])) for step in steps]
+                steps[index].frees.append(slot)
+        self.steps = [step._replace(frees=tuple(step.frees)) for step in steps]
         self.template = template
 
     def run(self, *args: Any) -> list[Any]:

@@ -6,6 +6,10 @@ version-sensitive imports here means a JAX upgrade is a one-file change.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
+import jax
 import jax.core
 from jax.extend.core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var, jaxpr_as_fun
 
@@ -24,6 +28,21 @@ CALL_JAXPR_PARAM = {
     "remat": "jaxpr",
     "checkpoint": "jaxpr",
 }
+
+
+@contextlib.contextmanager
+def without_source_locations() -> Iterator[None]:
+    """Trace and lower with no Python source locations in the program.
+
+    Equations otherwise carry tracebacks that end up as file paths in the exported StableHLO, so
+    the same program would have a different fingerprint in every checkout.
+    """
+    previous = jax.config.jax_traceback_in_locations_limit
+    jax.config.update("jax_traceback_in_locations_limit", 0)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_traceback_in_locations_limit", previous)
 
 
 def eval_jaxpr(program: ClosedJaxpr, *args):
@@ -75,4 +94,5 @@ __all__ = [
     "eval_jaxpr",
     "jaxpr_as_fun",
     "sub_jaxprs",
+    "without_source_locations",
 ]

@@ -34,13 +34,14 @@ import numpy as np
 import pandas as pd
 
 from gradlanes.data.dataset import Dataset
-from gradlanes.engines import make_engine
+from gradlanes.engines.registry import create_engine
 from gradlanes.experiment.batching import batch_order, first_batch
 from gradlanes.experiment.spec import Experiment
+from gradlanes.program.artifact import ProgramArtifact
 from gradlanes.program.capture import CapturedProgram, capture
 from gradlanes.program.interpreter import Interpreter
 from gradlanes.run.kinks import grant_kink_decisions
-from gradlanes.run.lane import load_model
+from gradlanes.run.modelfile import load_model
 from gradlanes.run.numerics import (
     FLOAT32_U,
     MATMUL_UNIT_ROUNDOFF,
@@ -209,10 +210,19 @@ def reference_checks(
         reason = f"lane {exp.lane} was {record['status']}: {record['reason']}"
         return [skipped(f"{prefix}/{n}", exp.lane, exp.seed, [exp.lane], None, reason) for n in names]
     program = capture(exp)
-    engine = make_engine(exp.engine, exp.device, program, exp.learning_rate)
+    program.artifact = ProgramArtifact.build(program, exp.program_id)
+    engine = create_engine(exp, program)
     reference = Interpreter(program.gradient, "gradient program (float64 reference)", widen=True)
     trained = load_model(files.model).params
-    checks = point_checks(exp, program, engine, reference, "step0", initial, data)
+    checks = []
+    if record["program"] is not None:  # the lane ran the very program the reference evaluates
+        ran = record["program"]["fingerprint"]
+        checks.append(
+            same_program(
+                f"{prefix}/program", exp.lane, exp.seed, [exp.lane], ran, program.artifact.fingerprint
+            )
+        )
+    checks += point_checks(exp, program, engine, reference, "step0", initial, data)
     checks += point_checks(exp, program, engine, reference, "trained", trained, data)
     if early_bound is not None:
         count = min(early_steps, exp.steps)
@@ -232,6 +242,14 @@ def reference_checks(
             )
         )
     return checks
+
+
+def same_program(name: str, check: str, seed: int, lanes: list[str], *fingerprints: str) -> Check:
+    """1 when every fingerprint is equal (one program ran), else 0; the bound asks for 1."""
+    equal = float(len(set(fingerprints)) == 1)
+    return Check(
+        name, check, seed, lanes, equal, 1.0, ">=", "equal", details={"fingerprints": list(fingerprints)}
+    )
 
 
 def relative(candidate: float, reference: float) -> float:
@@ -257,7 +275,15 @@ def pair_checks(
     )
     if reason:
         return [skipped(f"{prefix}/{PAIR_BOUNDS[b]}", name, seed, lanes, bounds[b], reason) for b in wanted]
-    checks = []
+    programs = [r["program"] for r in (ref_rec, cand_rec)]
+    if None in programs:
+        bare = lanes[programs.index(None)]
+        checks = [
+            skipped(f"{prefix}/same_program", name, seed, lanes, 1.0, f"lane {bare} runs no captured program")
+        ]
+    else:
+        fingerprints = [p["fingerprint"] for p in programs]
+        checks = [same_program(f"{prefix}/same_program", name, seed, lanes, *fingerprints)]
     if "final_loss_rel" in wanted:
         measured = relative(cand_rec["loss"]["final"], ref_rec["loss"]["final"])
         checks.append(

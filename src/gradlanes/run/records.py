@@ -1,28 +1,34 @@
-"""Result records: assembled from a training run, validated against the schema, written atomically.
+"""Result records: typed, built in one place per outcome, validated against the schema, written atomically.
 
-A lane writes three files under `results/runs/<lane>/seed-<seed>/`: `record.json` (validated
-against `gradlanes/schemas/record.schema.json` before it is written), `curve.parquet` (loss per step,
-test loss and accuracy per evaluation) and `digits.txt`.
+A lane writes three files under `results/runs/<lane>/seed-<seed>/`: `record.json` (a `Record`,
+validated against `gradlanes/schemas/record.schema.json` before it is written), `curve.parquet`
+(loss per step, test loss and accuracy per evaluation) and `digits.txt`. A record starts as
+`Record.start` (what is known before training) and becomes `skipped`, `failed` or `completed`;
+each returns a new record, so no field is patched in place.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import numpy as np
 import pandas as pd
 
 from gradlanes.atomic import atomic_path, write_json, write_text
+from gradlanes.data.description import DatasetDescription
 from gradlanes.environment import environment
 from gradlanes.experiment.spec import Experiment
 from gradlanes.run.numerics import MATMUL_UNIT_ROUNDOFF
 from gradlanes.schemas import RECORD, schema_path
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 RECORD_SCHEMA = schema_path(RECORD)
 CURVE_COLUMNS = {
     "kind": "string",
@@ -39,6 +45,159 @@ class RecordInvalid(ValueError):
     pass
 
 
+@dataclass(frozen=True)
+class ProgramRef:
+    """Which captured program a lane ran: its folder under results/programs/ and its fingerprint."""
+
+    id: str
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class Compiles:
+    train: int | None = None  # compilations in the window around step compilation and training
+    total: int | None = None  # compilations in the whole lane process
+
+
+@dataclass(frozen=True)
+class Timing:
+    compile_s: float | None = None
+    train_s: float | None = None
+    eval_s: float | None = None
+    wall_s: float | None = None
+    step_ms_median: float | None = None
+    step_ms_p10: float | None = None
+    step_ms_p90: float | None = None
+    images_per_s: float | None = None
+    threads: int | None = None
+
+
+@dataclass(frozen=True)
+class LossSummary:
+    first: float | None = None
+    final: float | None = None
+    failed_step: int | None = None
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    correct: int | None = None
+    total: int | None = None
+    percent: float | None = None
+
+
+@dataclass(frozen=True)
+class DatasetRef:
+    name: str
+    sha256: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Numerics:
+    """The arithmetic the lane ran with: matmul precision and the kernel choices that set rounding."""
+
+    matmul_precision: str
+    matmul_unit_roundoff: float
+    openblas_coretype: str | None
+    xla_flags: str | None
+    float: str = "float32"
+
+    @classmethod
+    def of(cls, exp: Experiment) -> Numerics:
+        return cls(
+            matmul_precision=exp.matmul_precision,
+            matmul_unit_roundoff=MATMUL_UNIT_ROUNDOFF[exp.matmul_precision],
+            openblas_coretype=os.environ.get("OPENBLAS_CORETYPE"),
+            xla_flags=os.environ.get("XLA_FLAGS"),
+        )
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class Record:
+    """One lane trained (or skipped, or failed) with one seed; `as_dict` is the schema's JSON."""
+
+    lane: str
+    engine: str
+    status: str  # ok, skipped or failed
+    device_requested: str
+    config: dict[str, Any]
+    dataset: DatasetRef
+    numerics: Numerics
+    program: ProgramRef | None  # None for an engine that runs no captured program
+    ir: dict[str, dict[str, int] | None]
+    primitives: list[str]
+    reason: str | None = None
+    platform: str | None = None
+    device_kind: str | None = None
+    compiles: Compiles = Compiles()
+    dispatches: int | None = None
+    timing: Timing = Timing()
+    loss: LossSummary = LossSummary()
+    accuracy: Accuracy = Accuracy()
+    environment: dict[str, Any] = field(default_factory=environment)
+    created_utc: str = field(default_factory=_now)
+
+    @classmethod
+    def start(cls, exp: Experiment, dataset: DatasetDescription, program, program_ref: ProgramRef | None):
+        """What is known before training: the experiment, the data, the program."""
+        return cls(
+            lane=exp.lane,
+            engine=exp.engine,
+            status="ok",
+            device_requested=exp.device,
+            config=exp.config_record(),
+            dataset=DatasetRef(dataset.name, dataset.content_sha256),
+            numerics=Numerics.of(exp),
+            program=program_ref,
+            ir=ir_sizes(program),
+            primitives=program.primitives if program else [],
+        )
+
+    def skipped(self, reason: str) -> Record:
+        return dataclasses.replace(self, status="skipped", reason=reason)
+
+    def failed(self, reason: str, step: int) -> Record:
+        return dataclasses.replace(self, status="failed", reason=reason, loss=LossSummary(failed_step=step))
+
+    def completed(self, exp: Experiment, engine, result, wall_s: float, threads: int) -> Record:
+        """The record of a finished run: timings, compiles, loss and accuracy from `result`."""
+        step_ms = np.asarray(result.step_seconds) * 1e3
+        correct = result.evals[-1]["test_correct"]
+        return dataclasses.replace(
+            self,
+            platform=engine.platform,
+            device_kind=engine.device_kind,
+            dispatches=engine.dispatches,
+            compiles=Compiles(result.train_compiles, result.total_compiles),
+            timing=Timing(
+                compile_s=round(result.compile_s, 6),
+                train_s=round(result.train_s, 6),
+                eval_s=round(result.eval_s, 6),
+                wall_s=round(wall_s, 3),
+                step_ms_median=round(float(np.median(step_ms)), 6),
+                step_ms_p10=round(float(np.percentile(step_ms, 10)), 6),
+                step_ms_p90=round(float(np.percentile(step_ms, 90)), 6),
+                images_per_s=round(exp.steps * exp.batch_size / result.train_s, 1),
+                threads=threads,
+            ),
+            loss=LossSummary(result.losses[0], result.losses[-1]),
+            accuracy=Accuracy(correct, exp.test_images, round(100 * correct / exp.test_images, 4)),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA_VERSION, **dataclasses.asdict(self)}
+
+
+def ir_sizes(program) -> dict[str, dict[str, int] | None]:
+    """Equation counts of the captured programs (all None for an engine that runs none)."""
+    names = ["forward", "gradient", "step"] + (["fused"] if program and "fused" in program.ir else [])
+    return {name: program.ir[name] if program else None for name in names}
+
+
 def validate_record(record: dict, schema_path: Path = RECORD_SCHEMA) -> None:
     schema = json.loads(Path(schema_path).read_text())
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(record), key=str)
@@ -47,94 +206,6 @@ def validate_record(record: dict, schema_path: Path = RECORD_SCHEMA) -> None:
             f"{'.'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}" for e in errors[:5]
         )
         raise RecordInvalid(f"record for lane {record.get('lane')!r} does not match {schema_path}: {where}")
-
-
-def base_record(exp: Experiment, dataset_sha256: dict, status: str, reason: str | None) -> dict:
-    """Every field a record has, measured ones null; a run fills them in."""
-    return {
-        "schema": SCHEMA_VERSION,
-        "lane": exp.lane,
-        "engine": exp.engine,
-        "status": status,
-        "reason": reason,
-        "device_requested": exp.device,
-        "platform": None,
-        "device_kind": None,
-        "config": exp.config_record(),
-        "ir": {"forward": None, "gradient": None, "step": None},
-        "primitives": [],
-        "compiles": {"train": None, "total": None},
-        "dispatches": None,
-        "timing": {
-            "compile_s": None,
-            "train_s": None,
-            "eval_s": None,
-            "wall_s": None,
-            "step_ms_median": None,
-            "step_ms_p10": None,
-            "step_ms_p90": None,
-            "images_per_s": None,
-            "threads": None,
-        },
-        "loss": {"first": None, "final": None, "failed_step": None},
-        "accuracy": {"correct": None, "total": None, "percent": None},
-        "dataset": {"name": None, "sha256": dataset_sha256},
-        "numerics": numerics_record(exp),
-        "environment": environment(),
-        "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
-
-
-def numerics_record(exp: Experiment) -> dict:
-    """The arithmetic the lane ran with: matmul precision and the kernel choices that set rounding."""
-    return {
-        "float": "float32",
-        "matmul_precision": exp.matmul_precision,
-        "matmul_unit_roundoff": MATMUL_UNIT_ROUNDOFF[exp.matmul_precision],
-        "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
-        "xla_flags": os.environ.get("XLA_FLAGS"),
-    }
-
-
-def ir_sizes(program) -> dict:
-    sizes = {name: program.ir[name] for name in ("forward", "gradient", "step")}
-    if "fused" in program.ir:
-        sizes["fused"] = program.ir["fused"]
-    return sizes
-
-
-def fill_from_run(
-    record: dict, exp: Experiment, engine, program, result, wall_s: float, threads: int
-) -> dict:
-    step_ms = np.asarray(result.step_seconds) * 1e3
-    final = result.evals[-1]
-    record.update(
-        platform=engine.platform,
-        device_kind=engine.device_kind,
-        primitives=program.primitives if program else [],
-        dispatches=engine.dispatches,
-        compiles={"train": result.train_compiles, "total": result.total_compiles},
-    )
-    if program:
-        record["ir"] = ir_sizes(program)
-    record["timing"] = {
-        "compile_s": round(result.compile_s, 6),
-        "train_s": round(result.train_s, 6),
-        "eval_s": round(result.eval_s, 6),
-        "wall_s": round(wall_s, 3),
-        "step_ms_median": round(float(np.median(step_ms)), 6),
-        "step_ms_p10": round(float(np.percentile(step_ms, 10)), 6),
-        "step_ms_p90": round(float(np.percentile(step_ms, 90)), 6),
-        "images_per_s": round(exp.steps * exp.batch_size / result.train_s, 1),
-        "threads": threads,
-    }
-    record["loss"] = {"first": result.losses[0], "final": result.losses[-1], "failed_step": None}
-    record["accuracy"] = {
-        "correct": final["test_correct"],
-        "total": exp.test_images,
-        "percent": round(100 * final["test_correct"] / exp.test_images, 4),
-    }
-    return record
 
 
 def curve_frame(result=None) -> pd.DataFrame:
@@ -158,7 +229,7 @@ def curve_frame(result=None) -> pd.DataFrame:
 
 
 def write_outputs(
-    record: dict,
+    record: Record,
     curve: pd.DataFrame,
     digits: str,
     record_path,
@@ -167,8 +238,9 @@ def write_outputs(
     schema_path: Path = RECORD_SCHEMA,
 ) -> None:
     """Validate, then write the three files; the record goes last so it never outlives its peers."""
-    validate_record(record, schema_path)
+    payload = record.as_dict()
+    validate_record(payload, schema_path)
     with atomic_path(curve_path) as tmp:
         curve.to_parquet(tmp, index=False)
     write_text(digits_path, digits + "\n")
-    write_json(record_path, record)
+    write_json(record_path, payload)

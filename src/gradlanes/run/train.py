@@ -17,11 +17,11 @@ import numpy as np
 from tqdm import tqdm
 
 from gradlanes.data.dataset import Dataset
+from gradlanes.engines.compiles import compile_window, total_compiles
 from gradlanes.experiment.batching import batch_order
 from gradlanes.experiment.losses import loss_numpy
 from gradlanes.experiment.spec import Experiment
 from gradlanes.joblog import UserFacingError
-from gradlanes.run.compiles import compile_window, total_compiles
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def train(exp: Experiment, engine, initial_params: dict, data: Dataset) -> Train
         exp.seed,
         exp.steps,
         exp.batch_size,
-        engine.kind,
+        exp.engine,
         engine.device_kind,
     )
     log.info("%8s %14s %10s", "step", "loss", "elapsed_s")

@@ -1,7 +1,8 @@
-"""Count XLA compilations with jax.monitoring, in windows around the work being measured.
+"""Count compilations, in windows around the work being measured, whichever engine compiles.
 
-One listener is registered when this module is imported (import it before anything compiles);
-`CompileCounter.window()` then counts the backend compilations that happen inside a block.
+XLA's are counted by a jax.monitoring listener registered when this module is imported (import it
+before anything compiles); an engine with its own compiler calls `count_compile()` for each of its
+compilations. `compile_window()` then counts every compilation that happens inside a block.
 """
 
 from __future__ import annotations
@@ -29,8 +30,15 @@ def _on_duration(event: str, duration_secs: float, **_kwargs) -> None:
 jax.monitoring.register_event_duration_secs_listener(_on_duration)
 
 
+def count_compile() -> None:
+    """Count one compilation made outside XLA (an engine's own compiler)."""
+    global _total
+    with _lock:
+        _total += 1
+
+
 def total_compiles() -> int:
-    """Backend compilations in this process since gradlanes.run.compiles was imported."""
+    """Compilations in this process since gradlanes.engines.compiles was imported."""
     return _total
 
 
