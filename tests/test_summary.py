@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
+import yaml
 from PIL import Image, ImageDraw
 
 from gradlanes.report.cli import main
 from gradlanes.report.drawn import ImageUnreadable, mnist_style
-from gradlanes.report.summary import accuracy_text, agreement_verdicts, mean_ci
+from gradlanes.report.summary import (
+    accuracy_text,
+    agreement_verdicts,
+    lane_rows,
+    load_records,
+    markdown,
+    mean_ci,
+    reference_errors,
+)
 from workflow import REPO
 
 
@@ -82,3 +92,34 @@ def test_readme_shows_the_current_summary():
     from gradlanes.report.cli import readme_block
 
     assert readme_block(REPO) in (REPO / "README.md").read_text(), "run `gradlanes readme` after the pipeline"
+
+
+def _without_column(page: str, header: str) -> str:
+    """The page with one column of its lane table removed, if it has that column."""
+    lines = page.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| lane |"))
+    headers = [cell.strip() for cell in lines[start].split("|")]
+    if header not in headers:
+        return page
+    for i in range(start, len(lines)):
+        if not lines[i].startswith("|"):
+            break
+        cells = lines[i].split("|")
+        del cells[headers.index(header)]
+        lines[i] = "|".join(cells)
+    return "\n".join(lines) + "\n"
+
+
+def test_committed_records_render_the_committed_summary():
+    """The column specifications reproduce results/summary.md from its records, cell for cell."""
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    paths = [
+        REPO / f"results/runs/{lane}/seed-{seed}/record.json"
+        for lane in config["lanes"]
+        for seed in config["seeds"]
+    ]
+    report = json.loads((REPO / "results/checks/agreement.json").read_text())
+    page = markdown(lane_rows(load_records(paths), agreement_verdicts(report), reference_errors(report)))
+    committed = (REPO / "results/summary.md").read_text()
+    # Summaries written before records carried a program fingerprint lack its column.
+    assert _without_column(page, "program (SHA-256)") == _without_column(committed, "program (SHA-256)")

@@ -1,4 +1,4 @@
-"""Snakemake glue for rule summarize; the logic lives in gradlanes.summary."""
+"""Snakemake glue for rule summarize; the logic lives in gradlanes.report.summary."""
 
 import json
 from pathlib import Path

@@ -9,7 +9,7 @@ gradlanes readme                         refresh README.md's results block from 
 from __future__ import annotations
 
 import argparse
-import math
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -43,85 +43,13 @@ def _lane_settings(config: dict, lane: str) -> dict:
 def table(args) -> str:
     import pandas as pd
 
-    from gradlanes.report.summary import reference_text
+    from gradlanes.report.tables import terminal_table
 
     root = _project(args.project)
     path = root / "results" / "summary.parquet"
     if not path.is_file():
         raise CliError(f"{path} not found; run `snakemake --cores all results/summary.md` first")
-    frame = pd.read_parquet(path)
-    rows = [
-        [
-            "lane",
-            "engine",
-            "ran on",
-            "steps",
-            "batch",
-            "ms/step",
-            "images/s",
-            "compiles",
-            "test accuracy",
-            "95 % CI",
-            "f64-ref u: loss / grad",
-            "agreement",
-        ]
-    ]
-    for row in frame.itertuples():
-        if row.status != "ok":
-            rows.append(
-                [
-                    row.lane,
-                    row.engine,
-                    f"{row.device_requested} ({row.status})",
-                    f"{row.steps:,}",
-                    str(row.batch),
-                    "—",
-                    "—",
-                    "—",
-                    "—",
-                    "—",
-                    "—",
-                    row.agreement,
-                ]
-            )
-            continue
-        ci = (
-            "—"
-            if math.isnan(row.accuracy_ci_low)
-            else f"{row.accuracy_ci_low:.2f}–{row.accuracy_ci_high:.2f}"
-        )
-        rows.append(
-            [
-                row.lane,
-                row.engine,
-                row.platform,
-                f"{row.steps:,}",
-                str(row.batch),
-                f"{row.step_ms_mean:.3f}",
-                f"{row.images_per_s_mean:,.0f}",
-                str(int(row.compiles_train)),
-                f"{row.correct:,}/{row.tested:,} = {100 * row.correct / row.tested:.2f} %",
-                ci,
-                reference_text(row) if hasattr(row, "ref_grad_u") else "—",
-                row.agreement,
-            ]
-        )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    numeric = {3, 5, 6, 7}
-    lines = []
-    for index, row in enumerate(rows):
-        cells = [
-            cell.rjust(w) if i in numeric and index else cell.ljust(w)
-            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-        ]
-        lines.append("  ".join(cells).rstrip())
-        if index == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    seeds = int(frame.loc[frame["status"] == "ok", "seeds"].max())
-    lines.append(
-        f"\n{seeds} seed(s) per lane; ms/step is the mean of per-seed medians; compiles during training."
-    )
-    return "\n".join(lines)
+    return terminal_table(pd.read_parquet(path))
 
 
 def digits(args) -> str:
@@ -134,12 +62,13 @@ def digits(args) -> str:
 
 
 def predict(args) -> str:
+    from gradlanes.data.description import MNIST
     from gradlanes.experiment.spec import resolve
     from gradlanes.program.capture import capture
     from gradlanes.program.interpreter import Interpreter
     from gradlanes.report.digits import ascii_digit
     from gradlanes.report.drawn import load_greyscale, mnist_style
-    from gradlanes.run.lane import load_model
+    from gradlanes.run.modelfile import load_model
 
     root = _project(args.project)
     config = _config(root)
@@ -158,7 +87,9 @@ def predict(args) -> str:
     # The forward program for one image: same model, loss and weights, batch of one.
     single = {k: v for k, v in settings.items() if k != "epochs"} | {"batch_size": 1, "steps": 1}
     classes = int(config["dataset"].get("classes", 10))
-    exp = resolve(args.lane, single, args.seed, pixels.size, classes, 60000, 10000)
+    # One drawn 28x28 image: MNIST's shape, the config's classes (the counts only bound the sizes).
+    drawn = dataclasses.replace(MNIST, name=config["dataset"]["name"], classes=classes)
+    exp = resolve(args.lane, single, args.seed, drawn)
     program = capture(exp, eval_batch=1)
     images = (pixels.reshape(1, -1) / np.float32(255)).astype(np.float32)
     (logits,) = Interpreter(program.forward, "forward program")(*program.flatten_params(params), images)

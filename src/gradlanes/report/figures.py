@@ -7,6 +7,7 @@ them from the records, curves and trained models.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 
 import matplotlib
 import matplotlib.ticker
@@ -18,19 +19,45 @@ import pandas as pd  # noqa: E402
 
 from gradlanes.atomic import atomic_path  # noqa: E402
 
-STYLE = {
-    "xla_gpu": ("#7b3294", "-"),
-    "xla_cpu": ("#1f77b4", "-"),
-    "host": ("#ff7f0e", "--"),
-    "softmax_kernel": ("#2ca02c", "-"),
-    "softmax_xla": ("#d62728", "--"),
-    "mlp_stream": ("#8c564b", "-"),
-}
-PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
+#: Lane colours in config order (matplotlib's tab10); more lanes than colours reuse them in turn.
+PALETTE = [
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+]
+#: The engine whose lanes are drawn solid; see `lane_styles`.
+COMPILED_ENGINE = "xla"
+
+LaneStyle = tuple[str, str]  # (colour, matplotlib line style)
 
 
-def style(lane: str, index: int) -> tuple[str, str]:
-    return STYLE.get(lane, (PALETTE[index % len(PALETTE)], "-"))
+def lane_styles(lanes: Sequence[str], engines: Mapping[str, str]) -> dict[str, LaneStyle]:
+    """Each lane's colour and dash, from where it stands in the config and which engine runs it.
+
+    The colour is the lane's position in `lanes` (config order) in `PALETTE`, so it is the same in
+    every figure whichever lanes ran. Lanes not run by XLA (the interpreter and hand kernels, which
+    run on the host) are dashed: each is compared with an XLA lane training the same model, and
+    where the two curves lie on top of each other the dashes let the solid line show through.
+    Lane names play no part.
+    """
+    return {
+        lane: (PALETTE[index % len(PALETTE)], "-" if engines[lane] == COMPILED_ENGINE else "--")
+        for index, lane in enumerate(lanes)
+    }
+
+
+def style(lane: str, index: int, styles: Mapping[str, LaneStyle] | None = None) -> LaneStyle:
+    """The lane's style from `lane_styles`, else the `index`-th palette colour, solid."""
+    if styles and lane in styles:
+        return styles[lane]
+    return PALETTE[index % len(PALETTE)], "-"
 
 
 def _save(fig, path) -> None:
@@ -39,7 +66,12 @@ def _save(fig, path) -> None:
     plt.close(fig)
 
 
-def loss_curves(curves: dict[str, pd.DataFrame], steps_per_epoch: dict[str, int], path) -> None:
+def loss_curves(
+    curves: dict[str, pd.DataFrame],
+    steps_per_epoch: dict[str, int],
+    path,
+    styles: Mapping[str, LaneStyle] | None = None,
+) -> None:
     """Training loss per step, every lane on one log-log chart; noisy mini-batch losses smoothed."""
     fig, ax = plt.subplots(figsize=(9, 5.2))
     for index, (lane, curve) in enumerate(curves.items()):
@@ -50,8 +82,18 @@ def loss_curves(curves: dict[str, pd.DataFrame], steps_per_epoch: dict[str, int]
         if steps_per_epoch.get(lane, 1) > 1 and window > 1:
             loss = pd.Series(loss).rolling(window, min_periods=1).mean().to_numpy()
             label += f" (running mean of {window} steps)"
-        color, dash = style(lane, index)
-        ax.plot(train["step"], loss, dash, color=color, label=label, linewidth=1.6 if dash == "-" else 2.2)
+        color, dash = style(lane, index, styles)
+        solid = dash == "-"
+        # Dashed lines go on top, so that the solid line they overlap shows through their gaps.
+        ax.plot(
+            train["step"],
+            loss,
+            dash,
+            color=color,
+            label=label,
+            linewidth=1.6 if solid else 2.2,
+            zorder=2 if solid else 3,
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("training step")
@@ -62,14 +104,16 @@ def loss_curves(curves: dict[str, pd.DataFrame], steps_per_epoch: dict[str, int]
     _save(fig, path)
 
 
-def accuracy_per_epoch(curves: dict[str, list[pd.DataFrame]], path) -> None:
+def accuracy_per_epoch(
+    curves: dict[str, list[pd.DataFrame]], path, styles: Mapping[str, LaneStyle] | None = None
+) -> None:
     """Test accuracy after each epoch of the mini-batch lanes: mean over seeds, min-max band."""
     fig, ax = plt.subplots(figsize=(8, 4.8))
     for index, (lane, per_seed) in enumerate(curves.items()):
         tests = [c.loc[(c["kind"] == "test") & (c["step"] > 0)].sort_values("step") for c in per_seed]
         epochs = tests[0]["epoch"].to_numpy()
         accuracy = np.vstack([100 * t["test_accuracy"].to_numpy() for t in tests])
-        color, dash = style(lane, index)
+        color, dash = style(lane, index, styles)
         ax.plot(
             epochs,
             accuracy.mean(0),
@@ -130,12 +174,12 @@ def digit_grid(
     _save(fig, path)
 
 
-def cost_and_accuracy(summary: pd.DataFrame, path) -> None:
+def cost_and_accuracy(summary: pd.DataFrame, path, styles: Mapping[str, LaneStyle] | None = None) -> None:
     """ms/step (log scale) and test accuracy per lane, mean over seeds with 95 % CI whiskers."""
     ok = summary.loc[summary["status"] == "ok"].reset_index(drop=True)
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.6))
     positions = np.arange(len(ok))
-    colors = [style(lane, i)[0] for i, lane in enumerate(ok["lane"])]
+    colors = [style(lane, i, styles)[0] for i, lane in enumerate(ok["lane"])]
     for ax, key, label in (
         (left, "step_ms", "median ms per training step (log scale)"),
         (right, "accuracy", "test accuracy (%)"),
