@@ -110,3 +110,19 @@ def test_report_names_every_floor(quick_run):
         "on an H200, on paper",
     ):
         assert floor in text
+
+
+def test_configured_engines_get_rows_through_their_plugin(prepared_mnist):
+    """`bench.engines` (here iree) adds a per-dispatch and a fused row on the lanes' workloads."""
+    from gradlanes.bench import workloads as w
+    from gradlanes.bench.protocol import interleaved
+    from gradlanes.data.dataset import load
+
+    data = load(prepared_mnist["arrays"], 4096, 1)
+    work = w.tlaloc(data.train_images, data.train_labels, steps=2, engines=("iree",))
+    rows = {row.engine: row for row in interleaved(work.runners, work.steps, 1)}
+    assert {"iree", "iree_fused"} <= set(rows)
+    for name in ("iree", "iree_fused"):
+        assert rows[name].error is None and rows[name].compile_s > 0
+        # The same program on another compiler: equal to XLA's loss within float32 reassociation.
+        assert rows[name].final_loss == pytest.approx(rows["xla"].final_loss, rel=2e-5)
