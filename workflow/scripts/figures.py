@@ -16,8 +16,13 @@ with job_logging(smk.log[0]) as log:
     lanes, seeds = smk.params.lanes, smk.params.seeds
     records = {lane: json.loads(Path(smk.input[f"{lane}/{seeds[0]}/record"]).read_text()) for lane in lanes}
     ok = [lane for lane in lanes if records[lane]["status"] == "ok"]
-    # Every lane of the config, run or not, so that a lane keeps its colour in every figure.
-    styles = figures.lane_styles(lanes, {lane: records[lane]["engine"] for lane in lanes})
+    # Every lane of the config, run or not, so that a lane keeps its colour in every figure; lanes
+    # repeating an earlier lane's experiment (its config block but the seed) are dashed.
+    experiments = {
+        lane: json.dumps({k: v for k, v in records[lane]["config"].items() if k != "seed"}, sort_keys=True)
+        for lane in lanes
+    }
+    styles = figures.lane_styles(lanes, experiments)
     curves = {lane: [pd.read_parquet(smk.input[f"{lane}/{seed}/curve"]) for seed in seeds] for lane in ok}
     figures.loss_curves(
         {lane: curves[lane][0] for lane in ok},

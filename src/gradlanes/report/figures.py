@@ -7,7 +7,7 @@ them from the records, curves and trained models.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 import matplotlib
 import matplotlib.ticker
@@ -32,25 +32,24 @@ PALETTE = [
     "#bcbd22",
     "#17becf",
 ]
-#: The engine whose lanes are drawn solid; see `lane_styles`.
-COMPILED_ENGINE = "xla"
-
 LaneStyle = tuple[str, str]  # (colour, matplotlib line style)
 
 
-def lane_styles(lanes: Sequence[str], engines: Mapping[str, str]) -> dict[str, LaneStyle]:
-    """Each lane's colour and dash, from where it stands in the config and which engine runs it.
+def lane_styles(lanes: Sequence[str], experiments: Mapping[str, Hashable]) -> dict[str, LaneStyle]:
+    """Each lane's colour and dash, from where it stands in the config and what it trains.
 
     The colour is the lane's position in `lanes` (config order) in `PALETTE`, so it is the same in
-    every figure whichever lanes ran. Lanes not run by XLA (the interpreter and hand kernels, which
-    run on the host) are dashed: each is compared with an XLA lane training the same model, and
-    where the two curves lie on top of each other the dashes let the solid line show through.
-    Lane names play no part.
+    every figure whichever lanes ran. A lane running the same experiment as a lane before it (equal
+    `experiments` keys: the same model, data and optimizer on another engine) is dashed: where the
+    two curves lie on top of each other, the dashes let the first one show through. Neither lane
+    names nor engine names play a part.
     """
-    return {
-        lane: (PALETTE[index % len(PALETTE)], "-" if engines[lane] == COMPILED_ENGINE else "--")
-        for index, lane in enumerate(lanes)
-    }
+    seen: set[Hashable] = set()
+    styles = {}
+    for index, lane in enumerate(lanes):
+        styles[lane] = (PALETTE[index % len(PALETTE)], "--" if experiments[lane] in seen else "-")
+        seen.add(experiments[lane])
+    return styles
 
 
 def style(lane: str, index: int, styles: Mapping[str, LaneStyle] | None = None) -> LaneStyle:
