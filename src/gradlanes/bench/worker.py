@@ -43,6 +43,37 @@ def pair_ratios(rows: list) -> list[dict]:
     return ratios
 
 
+def run_workload(work, reps: int, threads: int) -> dict:
+    """Time one workload's runners, interleaved; its JSON entry, and a line on stderr."""
+    import numpy as np
+
+    from gradlanes.bench import workloads as w
+    from gradlanes.bench.protocol import interleaved
+
+    rows = interleaved(work.runners, work.steps, reps)
+    w.xla_flops(work)
+    print(
+        f"threads={threads} {work.name}: "
+        + ", ".join(
+            f"{r.engine} {np.median(r.times_s) / work.steps * 1e6:.1f} us" for r in rows if not r.error
+        ),
+        file=sys.stderr,
+        flush=True,
+    )
+    return {
+        "name": work.name,
+        "description": work.description,
+        "dtype": work.dtype,
+        "steps_per_rep": work.steps,
+        "images_per_step": work.images_per_step,
+        "flops_analytic": work.flops_analytic,
+        "flops_xla": work.flops_xla,
+        "equations": work.equations,
+        "rows": [row.summary(work.steps) for row in rows],
+        "ratios": pair_ratios(rows),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, required=True)
@@ -60,10 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     import jax
 
     jax.config.update("jax_enable_x64", True)  # float64 rows; float32 data stays float32
-    import numpy as np
 
     from gradlanes.bench import workloads as w
-    from gradlanes.bench.protocol import interleaved, matmul_limit
+    from gradlanes.bench.protocol import matmul_limit
     from gradlanes.data.dataset import load
 
     torch = w._torch()
@@ -93,31 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         "workloads": [],
     }
     for build in builders:
-        work = build()
-        rows = interleaved(work.runners, work.steps, args.reps)
-        w.xla_flops(work)
-        result["workloads"].append(
-            {
-                "name": work.name,
-                "description": work.description,
-                "dtype": work.dtype,
-                "steps_per_rep": work.steps,
-                "images_per_step": work.images_per_step,
-                "flops_analytic": work.flops_analytic,
-                "flops_xla": work.flops_xla,
-                "equations": work.equations,
-                "rows": [row.summary(work.steps) for row in rows],
-                "ratios": pair_ratios(rows),
-            }
-        )
-        print(
-            f"threads={args.threads} {work.name}: "
-            + ", ".join(
-                f"{r.engine} {np.median(r.times_s) / work.steps * 1e6:.1f} us" for r in rows if not r.error
-            ),
-            file=sys.stderr,
-            flush=True,
-        )
+        result["workloads"].append(run_workload(build(), args.reps, args.threads))
     with open(args.json, "w") as handle:
         json.dump(result, handle, indent=2)
     return 0

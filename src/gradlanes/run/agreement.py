@@ -54,14 +54,6 @@ from gradlanes.run.numerics import (
 
 log = logging.getLogger(__name__)
 
-#: Pair bounds a config may set (all calibrated), each with the name of the check it bounds; the
-#: float64-reference checks need no setting.
-PAIR_BOUNDS = {
-    "final_loss_rel": "final_loss_rel",
-    "predictions_equal_min": "predictions_equal",
-    "accuracy_points_max": "accuracy_points",
-}
-
 
 @dataclass
 class Check:
@@ -256,73 +248,71 @@ def relative(candidate: float, reference: float) -> float:
     return abs(candidate - reference) / max(abs(reference), np.finfo(np.float64).tiny)
 
 
+@dataclass(frozen=True)
+class PairMeasure:
+    """One end-of-run comparison of a pair: its check name, relation to its bound, unit, and how."""
+
+    check: str
+    relation: str
+    unit: str
+    measure: Callable[[list[dict], list[LaneFiles]], float]  # (reference, candidate) records, files
+
+
+def _equal_predictions(records: list[dict], files: list[LaneFiles]) -> float:
+    reference, candidate = (load_model(f.model).predictions for f in files)
+    return float(np.mean(reference == candidate))
+
+
+#: The pair bounds a config may set (all calibrated), each with what it bounds.
+PAIR_MEASURES = {
+    "final_loss_rel": PairMeasure(
+        "final_loss_rel",
+        "<=",
+        "relative",
+        lambda r, _: relative(r[1]["loss"]["final"], r[0]["loss"]["final"]),
+    ),
+    "predictions_equal_min": PairMeasure("predictions_equal", ">=", "share", _equal_predictions),
+    "accuracy_points_max": PairMeasure(
+        "accuracy_points",
+        "<=",
+        "points",
+        lambda r, _: abs(r[1]["accuracy"]["percent"] - r[0]["accuracy"]["percent"]),
+    ),
+}
+PAIR_BOUNDS = {key: measure.check for key, measure in PAIR_MEASURES.items()}
+
+
+def pair_program_check(prefix: str, name: str, seed: int, lanes: list[str], records: list[dict]) -> Check:
+    """Both lanes ran one captured program (skipped where a lane runs none, like the hand kernels)."""
+    programs = [r["program"] for r in records]
+    if None in programs:
+        reason = f"lane {lanes[programs.index(None)]} runs no captured program"
+        return skipped(f"{prefix}/same_program", name, seed, lanes, 1.0, reason)
+    return same_program(f"{prefix}/same_program", name, seed, lanes, *(p["fingerprint"] for p in programs))
+
+
 def pair_checks(
     name: str, bounds: dict, reference: Experiment, candidate: Experiment, outputs: Callable[[str], LaneFiles]
 ) -> list[Check]:
-    """The calibrated end-of-run checks of one configured pair for one seed."""
+    """The end-of-run checks of one configured pair for one seed: same program, calibrated bounds."""
     prefix, seed = f"{name}/seed-{reference.seed}", reference.seed
     lanes = [reference.lane, candidate.lane]
-    ref_out, cand_out = outputs(reference.lane), outputs(candidate.lane)
-    ref_rec, cand_rec = (json.loads(Path(out.record).read_text()) for out in (ref_out, cand_out))
-    wanted = [b for b in PAIR_BOUNDS if bounds.get(b) is not None]
-    reason = next(
-        (
-            f"lane {r['lane']} was {r['status']}: {r['reason']}"
-            for r in (ref_rec, cand_rec)
-            if r["status"] != "ok"
-        ),
-        None,
-    )
-    if reason:
-        return [skipped(f"{prefix}/{PAIR_BOUNDS[b]}", name, seed, lanes, bounds[b], reason) for b in wanted]
-    programs = [r["program"] for r in (ref_rec, cand_rec)]
-    if None in programs:
-        bare = lanes[programs.index(None)]
-        checks = [
-            skipped(f"{prefix}/same_program", name, seed, lanes, 1.0, f"lane {bare} runs no captured program")
+    files = [outputs(lane) for lane in lanes]
+    records = [json.loads(Path(f.record).read_text()) for f in files]
+    wanted = [key for key in PAIR_MEASURES if bounds.get(key) is not None]
+    not_ok = [r for r in records if r["status"] != "ok"]
+    if not_ok:
+        reason = f"lane {not_ok[0]['lane']} was {not_ok[0]['status']}: {not_ok[0]['reason']}"
+        return [
+            skipped(f"{prefix}/{PAIR_BOUNDS[key]}", name, seed, lanes, bounds[key], reason) for key in wanted
         ]
-    else:
-        fingerprints = [p["fingerprint"] for p in programs]
-        checks = [same_program(f"{prefix}/same_program", name, seed, lanes, *fingerprints)]
-    if "final_loss_rel" in wanted:
-        measured = relative(cand_rec["loss"]["final"], ref_rec["loss"]["final"])
+    checks = [pair_program_check(prefix, name, seed, lanes, records)]
+    for key in wanted:
+        pair = PAIR_MEASURES[key]
+        measured = pair.measure(records, files)
         checks.append(
             Check(
-                f"{prefix}/final_loss_rel",
-                name,
-                seed,
-                lanes,
-                measured,
-                bounds["final_loss_rel"],
-                unit="relative",
-            )
-        )
-    if "predictions_equal_min" in wanted:
-        ref_pred, cand_pred = (load_model(out.model).predictions for out in (ref_out, cand_out))
-        equal = float(np.mean(ref_pred == cand_pred))
-        checks.append(
-            Check(
-                f"{prefix}/predictions_equal",
-                name,
-                seed,
-                lanes,
-                equal,
-                bounds["predictions_equal_min"],
-                ">=",
-                "share",
-            )
-        )
-    if "accuracy_points_max" in wanted:
-        gap = abs(cand_rec["accuracy"]["percent"] - ref_rec["accuracy"]["percent"])
-        checks.append(
-            Check(
-                f"{prefix}/accuracy_points",
-                name,
-                seed,
-                lanes,
-                gap,
-                bounds["accuracy_points_max"],
-                unit="points",
+                f"{prefix}/{pair.check}", name, seed, lanes, measured, bounds[key], pair.relation, pair.unit
             )
         )
     return checks
