@@ -119,10 +119,12 @@ def test_configured_engines_get_rows_through_their_plugin(prepared_mnist):
     from gradlanes.data.dataset import load
 
     data = load(prepared_mnist["arrays"], 4096, 1)
-    work = w.tlaloc(data.train_images, data.train_labels, steps=2, engines=("iree",))
-    rows = {row.engine: row for row in interleaved(work.runners, work.steps, 1)}
-    assert {"iree", "iree_fused"} <= set(rows)
-    for name in ("iree", "iree_fused"):
-        assert rows[name].error is None and rows[name].compile_s > 0
-        # The same program on another compiler: equal to XLA's loss within float32 reassociation.
-        assert rows[name].final_loss == pytest.approx(rows["xla"].final_loss, rel=2e-5)
+    images, labels = data.train_images, data.train_labels
+    # Adam (state carried between steps) and plain SGD (an empty optimizer state)
+    for work in (w.tlaloc(images, labels, 2, ("iree",)), w.softmax(images, labels, 32, 4, ("iree",))):
+        rows = {row.engine: row for row in interleaved(work.runners, work.steps, 1)}
+        assert {"iree", "iree_fused"} <= set(rows)
+        for name in ("iree", "iree_fused"):
+            assert rows[name].error is None and rows[name].compile_s > 0
+            # The same program on another compiler: equal to XLA's loss within float32 reassociation.
+            assert rows[name].final_loss == pytest.approx(rows["xla"].final_loss, rel=2e-5), work.name

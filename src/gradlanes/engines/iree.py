@@ -37,6 +37,9 @@ def _iree():
 
 
 def _results(value: Any) -> list:
+    """IREE returns a function's results as a tuple, one result bare, and no result as None."""
+    if value is None:  # e.g. plain SGD's optimizer init, whose state is empty
+        return []
     return list(value) if isinstance(value, (tuple, list)) else [value]
 
 
