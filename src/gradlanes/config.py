@@ -17,6 +17,7 @@ import jsonschema
 import yaml
 
 from gradlanes.engines.registry import UnknownEngine, get_engine
+from gradlanes.experiment.naming import EXPERIMENT_SETTINGS
 
 
 class ConfigError(ValueError):
@@ -102,21 +103,7 @@ def schema_errors(config: Mapping, schema: Mapping) -> list[str]:
 
 
 #: Settings two lanes must share for their results to be comparable in an agreement check.
-SHARED_EXPERIMENT = (
-    "model",
-    "hidden",
-    "init",
-    "loss",
-    "optimizer",
-    "learning_rate",
-    "schedule",
-    "batch_size",
-    "steps",
-    "epochs",
-    "train_images",
-    "test_images",
-    "matmul_precision",
-)
+SHARED_EXPERIMENT = EXPERIMENT_SETTINGS
 
 
 def engine_errors(lane: str, settings: Mapping) -> list[str]:

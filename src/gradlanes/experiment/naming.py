@@ -28,11 +28,12 @@ def parse_model_key(key: str) -> tuple[str, int, str]:
     return name, 128, rest
 
 
-#: The lane settings that define the captured program. Engine, device, init (weights are inputs),
-#: eval cadence and logging do not; lanes equal in these run one program.
-PROGRAM_SETTINGS = (
+#: The lane settings that say what is trained; two lanes equal in these run one experiment, and
+#: only such lanes may be compared in an agreement pair.
+EXPERIMENT_SETTINGS = (
     "model",
     "hidden",
+    "init",
     "loss",
     "optimizer",
     "learning_rate",
@@ -43,8 +44,11 @@ PROGRAM_SETTINGS = (
     "train_images",
     "test_images",
     "matmul_precision",
-    "fuse_steps",
 )
+#: The lane settings that define the captured program: the experiment's, without the initial
+#: weights (they are program inputs), with how many steps run per dispatch. Engine, device, eval
+#: cadence and logging play no part; lanes equal in these run one program.
+PROGRAM_SETTINGS = (*(key for key in EXPERIMENT_SETTINGS if key != "init"), "fuse_steps")
 
 
 @functools.cache
