@@ -14,7 +14,8 @@ from gradlanes.data.description import MNIST
 from gradlanes.experiment.models import save_initial_params
 from gradlanes.experiment.spec import resolve
 from gradlanes.run.lane import LanePaths, run_lane
-from gradlanes.run.records import RecordInvalid, validate_record
+from gradlanes.run.modelfile import load_model
+from gradlanes.run.records import RecordInvalid, recount_correct, validate_record
 from gradlanes.run.train import TrainingDiverged
 
 
@@ -112,6 +113,40 @@ def test_record_schema_rejects_a_bad_record(tmp_path, prepared_mnist):
     missing = {k: v for k, v in record.items() if k != "timing"}
     with pytest.raises(RecordInvalid, match="timing"):
         validate_record(missing)
+
+
+def test_record_accuracy_is_recounted_from_the_saved_predictions(tmp_path, prepared_mnist):
+    for engine in ("xla", "interpreter"):
+        _, paths, record = run(tmp_path, prepared_mnist, small_lane(engine=engine), name=engine)
+        with np.load(prepared_mnist["arrays"]) as arrays:
+            labels = arrays["test_labels"][: record["accuracy"]["total"]]
+        predictions = load_model(paths.model).predictions
+        assert record["accuracy"]["correct"] == int((predictions == labels).sum()), engine
+        assert record["accuracy"]["percent"] == round(100 * record["accuracy"]["correct"] / len(labels), 4)
+
+
+def test_a_record_whose_counts_disagree_is_refused(tmp_path, prepared_mnist):
+    _, _, record = run(tmp_path, prepared_mnist, small_lane(steps=2, eval_every=2))
+    accuracy = record["accuracy"]
+    too_many = {**record, "accuracy": {**accuracy, "correct": accuracy["total"] + 1}}
+    with pytest.raises(RecordInvalid, match="exceeds accuracy.total"):
+        validate_record(too_many)
+    # percent from another denominator (e.g. the training images): no longer 100 * correct / total
+    other = {**record, "accuracy": {**accuracy, "percent": round(100 * accuracy["correct"] / 512, 4)}}
+    with pytest.raises(RecordInvalid, match="is not 100"):
+        validate_record(other)
+    unmeasured = {**record, "accuracy": {**accuracy, "percent": None}}
+    with pytest.raises(RecordInvalid, match="status ok must state"):
+        validate_record(unmeasured)
+
+
+def test_a_count_the_predictions_do_not_give_is_refused():
+    predictions, labels = np.array([1, 2, 3, 4]), np.array([1, 2, 0, 4])
+    assert recount_correct(predictions, labels, 3) == 3
+    with pytest.raises(RecordInvalid, match="the predictions give 3 correct, the last evaluation counted 10"):
+        recount_correct(predictions, labels, 10)
+    with pytest.raises(RecordInvalid, match="4 predictions for 3 test labels"):
+        recount_correct(predictions, labels[:3], 3)
 
 
 @pytest.mark.parametrize("batch_size", [64, "full"])

@@ -82,7 +82,8 @@ def run_lane(exp: Experiment, paths: LanePaths) -> Record:
             write_json(paths.failure, record.failed(str(diverged), diverged.step).as_dict())
             log.error("failed record written to %s", paths.failure)
         raise
-    record = record.completed(exp, engine, result, time.perf_counter() - started, usable_cores())
+    wall_s = time.perf_counter() - started
+    record = record.completed(exp, engine, result, wall_s, usable_cores(), data.test_labels)
     shown = slice(0, DIGITS_SHOWN)
     digits = render(
         data.test_pixels[shown],

@@ -163,10 +163,20 @@ class Record:
     def failed(self, reason: str, step: int) -> Record:
         return dataclasses.replace(self, status="failed", reason=reason, loss=LossSummary(failed_step=step))
 
-    def completed(self, exp: Experiment, engine, result, wall_s: float, threads: int) -> Record:
-        """The record of a finished run: timings, compiles, loss and accuracy from `result`."""
+    def completed(
+        self, exp: Experiment, engine, result, wall_s: float, threads: int, test_labels: np.ndarray
+    ) -> Record:
+        """The record of a finished run: timings, compiles, loss and accuracy from `result`.
+
+        The accuracy is recounted from the run's final predictions and the test labels, and must
+        equal what the last evaluation counted; a record never states a count nothing can check.
+        """
         step_ms = np.asarray(result.step_seconds) * 1e3
-        correct = result.evals[-1]["test_correct"]
+        correct = recount_correct(result.predictions, test_labels, result.evals[-1]["test_correct"])
+        if len(test_labels) != exp.test_images:
+            raise RecordInvalid(
+                f"{len(test_labels)} test labels for a lane that tests {exp.test_images} images"
+            )
         return dataclasses.replace(
             self,
             platform=engine.platform,
@@ -192,6 +202,35 @@ class Record:
         return {"schema": SCHEMA_VERSION, **dataclasses.asdict(self)}
 
 
+def recount_correct(predictions: np.ndarray, labels: np.ndarray, evaluated: int) -> int:
+    """Correct predictions, counted again from the saved predictions; must equal the evaluation's."""
+    if predictions.shape != labels.shape:
+        raise RecordInvalid(f"{predictions.shape[0]} predictions for {labels.shape[0]} test labels")
+    correct = int((predictions == labels).sum())
+    if correct != evaluated:
+        raise RecordInvalid(
+            f"the predictions give {correct} correct, the last evaluation counted {evaluated}"
+        )
+    return correct
+
+
+def consistency_errors(record: dict) -> list[str]:
+    """What a schema cannot say: counts that must agree with each other."""
+    accuracy, problems = record.get("accuracy") or {}, []
+    correct, total, percent = accuracy.get("correct"), accuracy.get("total"), accuracy.get("percent")
+    if correct is not None and total is not None:
+        if correct > total:
+            problems.append(f"accuracy.correct {correct} exceeds accuracy.total {total}")
+        elif total and percent is not None and percent != round(100 * correct / total, 4):
+            problems.append(f"accuracy.percent {percent} is not 100 * {correct} / {total}")
+    if record.get("status") == "ok" and None in (correct, total, percent):
+        problems.append("a record with status ok must state correct, total and percent")
+    compiles = record.get("compiles") or {}
+    if None not in (compiles.get("train"), compiles.get("total")) and compiles["train"] > compiles["total"]:
+        problems.append(f"compiles.train {compiles['train']} exceeds compiles.total {compiles['total']}")
+    return problems
+
+
 def ir_sizes(program) -> dict[str, dict[str, int] | None]:
     """Equation counts of the captured programs (all None for an engine that runs none)."""
     names = ["forward", "gradient", "step"] + (["fused"] if program and "fused" in program.ir else [])
@@ -206,6 +245,9 @@ def validate_record(record: dict, schema_path: Path = RECORD_SCHEMA) -> None:
             f"{'.'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}" for e in errors[:5]
         )
         raise RecordInvalid(f"record for lane {record.get('lane')!r} does not match {schema_path}: {where}")
+    problems = consistency_errors(record)
+    if problems:
+        raise RecordInvalid(f"record for lane {record.get('lane')!r} is inconsistent: {'; '.join(problems)}")
 
 
 def curve_frame(result=None) -> pd.DataFrame:
