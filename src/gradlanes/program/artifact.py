@@ -26,12 +26,19 @@ import jaxlib
 
 from gradlanes.atomic import atomic_path, write_json
 from gradlanes.joblog import UserFacingError
-from gradlanes.program.capture import CapturedProgram
+from gradlanes.program.capture import CapturedProgram, capture
 from gradlanes.program.jaxcompat import ClosedJaxpr, jaxpr_as_fun, without_source_locations
 
 MANIFEST = "program.json"
 PROGRAMS = ("forward", "gradient", "init_state", "step", "fused")
 EXPORT_PLATFORMS = ("cpu",)
+
+
+def capture_with_artifact(exp) -> CapturedProgram:
+    """The experiment's captured programs with their artifact (files, fingerprint) attached."""
+    program = capture(exp)
+    program.artifact = ProgramArtifact.build(program, exp.program_id)
+    return program
 
 
 class ProgramMismatch(UserFacingError):

@@ -37,8 +37,8 @@ from gradlanes.data.dataset import Dataset
 from gradlanes.engines.registry import create_engine
 from gradlanes.experiment.batching import batch_order, first_batch
 from gradlanes.experiment.spec import Experiment
-from gradlanes.program.artifact import ProgramArtifact
-from gradlanes.program.capture import CapturedProgram, capture
+from gradlanes.program.artifact import capture_with_artifact
+from gradlanes.program.capture import CapturedProgram
 from gradlanes.program.interpreter import Interpreter
 from gradlanes.run.kinks import grant_kink_decisions
 from gradlanes.run.modelfile import load_model
@@ -184,6 +184,21 @@ def reference_trajectory(exp: Experiment, program: CapturedProgram, params: dict
     return losses
 
 
+#: Programs traced in this process: every seed, and every lane of one experiment, runs the same
+#: program, so each is traced and exported once. Keyed by the program id (the lane settings that
+#: shape the program) and the data's input and class counts, which the id, made before the data
+#: is read, cannot include.
+_programs: dict[tuple[str, int, int], CapturedProgram] = {}
+
+
+def shared_program(exp: Experiment) -> CapturedProgram:
+    """The lane's captured program with its artifact, traced once per program in this process."""
+    key = (exp.program_id, exp.model.inputs, exp.model.classes)
+    if key not in _programs:
+        _programs[key] = capture_with_artifact(exp)
+    return _programs[key]
+
+
 def reference_checks(
     exp: Experiment,
     files: LaneFiles,
@@ -201,8 +216,7 @@ def reference_checks(
     if record["status"] != "ok":
         reason = f"lane {exp.lane} was {record['status']}: {record['reason']}"
         return [skipped(f"{prefix}/{n}", exp.lane, exp.seed, [exp.lane], None, reason) for n in names]
-    program = capture(exp)
-    program.artifact = ProgramArtifact.build(program, exp.program_id)
+    program = shared_program(exp)
     engine = create_engine(exp, program)
     reference = Interpreter(program.gradient, "gradient program (float64 reference)", widen=True)
     trained = load_model(files.model).params

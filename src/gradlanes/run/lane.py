@@ -22,8 +22,8 @@ from gradlanes.engines.base import EngineUnavailable
 from gradlanes.engines.registry import get_engine
 from gradlanes.environment import usable_cores
 from gradlanes.experiment.spec import Experiment
-from gradlanes.program.artifact import ProgramArtifact
-from gradlanes.program.capture import CapturedProgram, capture
+from gradlanes.program.artifact import capture_with_artifact
+from gradlanes.program.capture import CapturedProgram
 from gradlanes.report.digits import render
 from gradlanes.run.modelfile import load_initial_params, save_model
 from gradlanes.run.records import ProgramRef, Record, curve_frame, write_outputs
@@ -48,8 +48,7 @@ class LanePaths:
 
 def lane_program(exp: Experiment, manifest: Path | None) -> tuple[CapturedProgram, ProgramRef]:
     """The lane's captured program, proven equal to the artifact at `manifest` when one is given."""
-    program = capture(exp)
-    program.artifact = ProgramArtifact.build(program, exp.program_id)
+    program = capture_with_artifact(exp)
     if manifest is not None:
         program.artifact.verify(manifest)
     return program, ProgramRef(program.artifact.program_id, program.artifact.fingerprint)
@@ -59,6 +58,7 @@ def run_lane(exp: Experiment, paths: LanePaths) -> Record:
     started = time.perf_counter()
     dataset = DatasetDescription.read(paths.manifest)
     plugin = get_engine(exp.engine)
+    log.info("lane %s seed %d on engine %s: %s", exp.lane, exp.seed, plugin.name, plugin.summary)
     program: CapturedProgram | None = None
     program_ref = None
     if plugin.runs_program:
