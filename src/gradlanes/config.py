@@ -106,13 +106,19 @@ def schema_errors(config: Mapping, schema: Mapping) -> list[str]:
 SHARED_EXPERIMENT = EXPERIMENT_SETTINGS
 
 
+def uninstalled(key: str, engine: str) -> list[str]:
+    """The problem with config key `key` naming `engine`, if no such engine is installed."""
+    try:
+        get_engine(engine)
+    except UnknownEngine as unknown:
+        return [f"'{key}': {unknown}"]
+    return []
+
+
 def engine_errors(lane: str, settings: Mapping) -> list[str]:
     """Whether the lane's engine is installed and can run the lane's settings."""
-    try:
-        plugin = get_engine(settings["engine"])
-    except UnknownEngine as unknown:
-        return [f"'lanes.{lane}.engine': {unknown}"]
-    return plugin.settings_errors(lane, settings)
+    missing = uninstalled(f"lanes.{lane}.engine", settings["engine"])
+    return missing or get_engine(settings["engine"]).settings_errors(lane, settings)
 
 
 def semantic_errors(config: Mapping) -> list[str]:
@@ -126,10 +132,7 @@ def semantic_errors(config: Mapping) -> list[str]:
         if isinstance(batch, int) and isinstance(train, int) and batch > train:
             problems.append(f"'lanes.{name}.batch_size' is {batch}, larger than train_images {train}")
     for engine in config.get("bench", {}).get("engines", []):
-        try:
-            get_engine(engine)
-        except UnknownEngine as unknown:
-            problems.append(f"'bench.engines': {unknown}")
+        problems += uninstalled("bench.engines", engine)
     for name, check in config.get("agreement", {}).get("pairs", {}).items():
         pair = [check.get("reference"), check.get("candidate")]
         missing = [lane for lane in pair if lane not in lanes]

@@ -64,7 +64,7 @@ class EnginePlugin:
     """An engine as the rest of gradlanes sees it: a name, what it can run, and a factory."""
 
     name: str
-    summary: str  # one line for error messages and the README table
+    summary: str  # one line, logged when a lane starts on the engine
     create: Factory  # (experiment, captured program or None) -> Engine; may raise EngineUnavailable
     runs_program: bool = True  # False: implements the model itself and needs no captured program
     compiles: bool = False  # True: compiles the step, once, inside the training window, and dispatches it
