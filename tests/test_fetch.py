@@ -2,15 +2,83 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
+import logging
+import socket
+import threading
 import time
+import urllib.error
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from gradlanes.data.fetch import DownloadError, FetchPolicy, FileSpec, fetch_dataset, mirror_url
+from gradlanes.data.fetch import (
+    DownloadError,
+    FailureKind,
+    FetchPolicy,
+    FileSpec,
+    _describe_os_error,
+    fetch_dataset,
+    mirror_url,
+)
 
 FAST = FetchPolicy(timeout_s=1.0, retries=2, backoff_s=0.0)
+# Short enough to keep each dead-mirror test near a second, long enough that a loaded CI machine
+# still finishes a local request well inside it.
+SILENT = FetchPolicy(timeout_s=0.5, retries=3, backoff_s=0.25)
+ALL_ROLES = ("train_images", "train_labels", "test_images", "test_labels")
+SKIPPED_TIMEOUT = "skipped: timed out earlier in this download"
+SKIPPED_REFUSED = "skipped: refused the connection earlier in this download"
+
+
+class SilentServer:
+    """A TCP server on 127.0.0.1 that accepts connections and never answers: a dead mirror.
+
+    It counts accepted connections, which says how often the download went back to it without
+    depending on how fast the machine is.
+    """
+
+    def __init__(self):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.05)  # lets the accept loop notice `stop`
+        self.held: list[socket.socket] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.mirror = f"http://127.0.0.1:{self.listener.getsockname()[1]}/mnist/"
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                connection, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            self.held.append(connection)  # held open, never read or written: the client must time out
+
+    @property
+    def connections(self) -> int:
+        return len(self.held)
+
+    def __enter__(self) -> SilentServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+        for connection in self.held:
+            connection.close()
+        self.listener.close()
+
+
+@contextlib.contextmanager
+def refusing_mirror() -> Iterator[str]:
+    """A mirror URL whose port is bound but not listening, so connect() is refused at once."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))  # kept bound so no other process can take the port meanwhile
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/mnist/"
 
 
 def specs(dataset_config, roles=("train_labels", "test_labels")):
@@ -122,3 +190,133 @@ def test_stale_partial_file_is_never_trusted(mirror_server, dataset_config, tmp_
     stale.write_bytes(b"half a download")
     fetch_dataset("mnist", [spec], [mirror_server.mirror("good")], tmp_path, FAST)
     assert not stale.exists()
+
+
+def test_silent_mirror_is_contacted_once_per_download(mirror_server, dataset_config, tmp_path, caplog):
+    waits: list[float] = []
+    good = mirror_server.mirror("good")
+    started = time.monotonic()
+    with SilentServer() as silent, caplog.at_level(logging.INFO, logger="gradlanes.data.fetch"):
+        fetched = fetch_dataset(
+            "mnist", specs(dataset_config, ALL_ROLES), [silent.mirror, good], tmp_path, SILENT, waits.append
+        )
+        elapsed = time.monotonic() - started
+        connections = silent.connections
+    assert [item.mirror for item in fetched] == [good] * 4
+    assert connections == 1, "the dead mirror must not be tried again for the later files"
+    assert waits == [], "a silent mirror with another mirror behind it is not retried"
+    first, *later = (item.attempts for item in fetched)
+    assert first == [
+        f"{silent.mirror}: attempt 1: no answer within the 0.5 s timeout; "
+        "marked dead: skipped for the remaining files of this download"
+    ]
+    for attempts in later:
+        assert len(attempts) == 1 and attempts[0].startswith(f"{silent.mirror}: {SKIPPED_TIMEOUT}")
+    assert sum(SKIPPED_TIMEOUT in record.getMessage() for record in caplog.records) == 3
+    # one timeout, then four local transfers; the generous constant only guards against a hang
+    assert elapsed < 2 * SILENT.timeout_s + 10
+
+
+def test_refused_mirror_is_skipped_for_later_files(mirror_server, dataset_config, tmp_path, caplog):
+    waits: list[float] = []
+    good = mirror_server.mirror("good")
+    with refusing_mirror() as refused, caplog.at_level(logging.WARNING, logger="gradlanes.data.fetch"):
+        fetched = fetch_dataset(
+            "mnist", specs(dataset_config, ALL_ROLES), [refused, good], tmp_path, SILENT, waits.append
+        )
+    assert [item.mirror for item in fetched] == [good] * 4
+    tries = [
+        r for r in caplog.records if r.getMessage().startswith(f"train-images-idx3-ubyte.gz from {refused}")
+    ]
+    assert len(tries) == 1 and "Connection refused" in tries[0].getMessage()
+    assert sum(f"from {refused}" in record.getMessage() for record in caplog.records) == 1
+    assert waits == []
+    for item in fetched[1:]:
+        assert item.attempts[0].startswith(f"{refused}: {SKIPPED_REFUSED}")
+
+
+def test_only_mirror_silent_is_retried_with_backoff_then_skipped(dataset_config, tmp_path):
+    waits: list[float] = []
+    with SilentServer() as silent:
+        with pytest.raises(DownloadError) as caught:
+            fetch_dataset("mnist", specs(dataset_config), [silent.mirror], tmp_path, SILENT, waits.append)
+        connections = silent.connections
+    assert connections == SILENT.retries, "the only mirror keeps its retries on the first file"
+    assert waits == [SILENT.backoff_s * 2**k for k in range(SILENT.retries - 1)]
+    message = str(caught.value)
+    assert f"attempt {SILENT.retries}: no answer within the 0.5 s timeout" in message
+    assert SKIPPED_TIMEOUT in message, "the second file fails at once: the download has failed anyway"
+    assert "curl -fLO" in message
+    assert_nothing_partial(tmp_path)
+
+
+def test_silent_last_live_mirror_keeps_its_retries(mirror_server, dataset_config, tmp_path):
+    waits: list[float] = []
+    with SilentServer() as silent:
+        mirrors = [mirror_server.mirror("missing"), silent.mirror]
+        with pytest.raises(DownloadError) as caught:
+            fetch_dataset("mnist", specs(dataset_config), mirrors, tmp_path, SILENT, waits.append)
+        connections = silent.connections
+    assert connections == SILENT.retries, "no mirror follows it, so the first file gives it every try"
+    assert len(waits) == SILENT.retries - 1
+    message = str(caught.value)
+    assert message.count("HTTP 404") == 2, "a mirror that answers 404 stays live for later files"
+    assert SKIPPED_TIMEOUT in message
+
+
+def test_dead_mirrors_are_not_shared_between_downloads(mirror_server, dataset_config, tmp_path):
+    with SilentServer() as silent:
+        for run in ("first", "second"):
+            mirrors = [silent.mirror, mirror_server.mirror("good")]
+            fetch_dataset("mnist", specs(dataset_config), mirrors, tmp_path / run, SILENT, lambda _: None)
+        connections = silent.connections
+    assert connections == 2, "each download gives the mirror one chance of its own"
+
+
+def test_server_error_before_a_good_mirror_is_retried_not_marked_dead(
+    mirror_server, dataset_config, tmp_path
+):
+    waits: list[float] = []
+    flaky = mirror_server.mirror("flaky")
+    mirrors = [flaky, mirror_server.mirror("good")]
+    # train_labels: the flaky mirror fails each file once per session, and no other test asks it for this one
+    fetched = fetch_dataset(
+        "mnist", specs(dataset_config, ("train_labels",)), mirrors, tmp_path, SILENT, waits.append
+    )
+    assert fetched[0].mirror == flaky
+    assert waits == [SILENT.backoff_s]
+
+
+@pytest.mark.parametrize(
+    ("error", "kind", "symptom"),
+    [
+        (urllib.error.URLError(TimeoutError("timed out")), FailureKind.UNREACHABLE, "timed out"),
+        (TimeoutError("timed out"), FailureKind.UNREACHABLE, "timed out"),
+        (
+            urllib.error.URLError(ConnectionRefusedError(errno.ECONNREFUSED, "refused")),
+            FailureKind.UNREACHABLE,
+            "refused the connection",
+        ),
+        (
+            urllib.error.URLError(socket.gaierror(socket.EAI_NONAME, "Name or service not known")),
+            FailureKind.UNREACHABLE,
+            "did not resolve",
+        ),
+        (
+            urllib.error.URLError(OSError(errno.EHOSTUNREACH, "No route to host")),
+            FailureKind.UNREACHABLE,
+            "was unreachable",
+        ),
+        (ConnectionResetError(errno.ECONNRESET, "reset"), FailureKind.TRANSIENT, ""),
+        (urllib.error.HTTPError("u", 503, "Service Unavailable", None, None), FailureKind.TRANSIENT, ""),
+        (urllib.error.HTTPError("u", 404, "Not Found", None, None), FailureKind.PERMANENT, ""),
+        (
+            urllib.error.URLError(FileNotFoundError(errno.ENOENT, "missing", "/x.gz")),
+            FailureKind.PERMANENT,
+            "",
+        ),
+    ],
+)
+def test_failure_kinds(error, kind, symptom):
+    failure = _describe_os_error(error, 30)
+    assert (failure.kind, failure.symptom) == (kind, symptom)

@@ -2,13 +2,37 @@
 
 Each file is streamed to a temporary name in the target folder, decompressed to check that it is
 a whole gzip stream, hashed, compared with the pinned SHA-256 of its decompressed content and only
-then renamed into place. A mirror that fails (connection error, timeout, HTTP error, a body that is
-not gzip, a truncated stream, a checksum mismatch) hands over to the next one; when every mirror
-fails, one `DownloadError` explains each attempt and how to fetch the files by hand.
+then renamed into place. When every mirror fails, one `DownloadError` explains each attempt and
+how to fetch the files by hand.
+
+A failed attempt is one of three kinds, and the kind decides what happens next:
+
+* unreachable -- a connection-level failure: a timeout (on connect or while waiting for or reading
+  the answer), a refused connection, a host name that does not resolve, an unreachable network.
+  The mirror as a whole is not answering, so retrying it with the same timeout only multiplies the
+  wait (a silent server costs `timeout_s` per try). When another live mirror follows, the download
+  moves straight on without retrying and marks the mirror dead: the remaining files of the same
+  download skip it, recording "skipped: timed out earlier in this download (...)". A mirror that is
+  the last live one for a file still gets `retries` tries with exponential backoff, so a single
+  flaky mirror keeps its chances; only when its last try also fails at the connection level is it
+  marked dead. By then that file, and so the whole download, has failed, and skipping the mirror
+  for later files makes the error arrive after one file's tries instead of one set per file.
+* transient -- the mirror answered but this try broke: HTTP 5xx, a connection reset or closed
+  mid-body, a body shorter than announced, a truncated gzip stream. Retried on the same mirror up
+  to `retries` tries with backoff `backoff_s * 2**(try - 1)`, then the next mirror. The mirror is
+  not marked dead: it answers, and may serve the next file.
+* permanent -- the mirror answered with the wrong thing: HTTP 4xx, an HTML page, corrupt gzip, a
+  checksum mismatch, a missing local file. The same request would get the same answer, so the
+  next mirror is tried at once; the mirror stays live because it may hold the other files.
+
+Which mirrors are dead is tracked by a `DeadMirrors` object that `fetch_dataset` creates per call,
+so two downloads in one process never share it.
 """
 
 from __future__ import annotations
 
+import enum
+import errno
 import gzip
 import hashlib
 import http.client
@@ -33,6 +57,8 @@ log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 1 << 20
 USER_AGENT = "gradlanes-fetch/1 (+https://github.com/gradlanes)"
+# errnos a connect() gives when no route leads to the host: as hopeless as a timeout, just faster.
+UNREACHABLE_ERRNOS = frozenset({errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENETDOWN, errno.EHOSTDOWN})
 
 
 @dataclass(frozen=True)
@@ -46,6 +72,8 @@ class FileSpec:
 
 @dataclass(frozen=True)
 class FetchPolicy:
+    """`retries` is the number of tries per mirror and file (see the module docstring for which)."""
+
     timeout_s: float = 30.0
     retries: int = 3
     backoff_s: float = 1.0
@@ -68,17 +96,66 @@ class FetchedFile:
         return asdict(self)
 
 
-class MirrorFailure(Exception):
-    """One attempt at one mirror failed; `transient` says whether retrying that mirror may help."""
+class FailureKind(enum.Enum):
+    """What a failed try says about the mirror; decides retry, move on, or skip for later files."""
 
-    def __init__(self, reason: str, transient: bool):
+    UNREACHABLE = "unreachable"
+    TRANSIENT = "transient"
+    PERMANENT = "permanent"
+
+
+class MirrorFailure(Exception):
+    """One attempt at one mirror failed.
+
+    `symptom` is a past-tense phrase ("timed out") for unreachable failures, used to explain
+    why later files skip the mirror.
+    """
+
+    def __init__(self, reason: str, kind: FailureKind, symptom: str = ""):
         super().__init__(reason)
         self.reason = reason
-        self.transient = transient
+        self.kind = kind
+        self.symptom = symptom
 
 
 class DownloadError(RuntimeError):
     """No mirror served a verified copy of one or more files."""
+
+
+@dataclass
+class DeadMirrors:
+    """Mirrors found unreachable during one download, so later files do not wait on them again.
+
+    Maps each dead mirror to the note recorded for every file that skips it.
+    """
+
+    notes: dict[str, str] = field(default_factory=dict)
+
+    def mark(self, mirror: str, name: str, failure: MirrorFailure) -> None:
+        self.notes[mirror] = f"skipped: {failure.symptom} earlier in this download ({name}: {failure.reason})"
+
+    def skip_note(self, mirror: str) -> str | None:
+        return self.notes.get(mirror)
+
+    def any_live(self, mirrors: Sequence[str]) -> bool:
+        return any(mirror not in self.notes for mirror in mirrors)
+
+
+@dataclass(frozen=True)
+class _Verified:
+    archive_sha256: str
+    archive_bytes: int
+    content_sha256: str
+    content_bytes: int
+
+
+@dataclass
+class _MirrorOutcome:
+    """The tries at one mirror for one file: the verified copy, or why each try failed."""
+
+    reasons: list[str]
+    verified: _Verified | None = None
+    last_failure: MirrorFailure | None = None
 
 
 def mirror_url(mirror: str, name: str) -> str:
@@ -101,17 +178,38 @@ def _open_source(url: str, timeout_s: float):
     return open(path, "rb"), path.stat().st_size
 
 
+def _unreachable_symptom(reason: object) -> str | None:
+    """The past-tense symptom when `reason` means the host is not answering at all, else None."""
+    if isinstance(reason, (socket.timeout, TimeoutError)):
+        return "timed out"
+    if isinstance(reason, ConnectionRefusedError):
+        return "refused the connection"
+    if isinstance(reason, socket.gaierror):
+        return "did not resolve"
+    if isinstance(reason, OSError) and reason.errno in UNREACHABLE_ERRNOS:
+        return "was unreachable"
+    return None
+
+
 def _describe_os_error(exc: BaseException, timeout_s: float) -> MirrorFailure:
     if isinstance(exc, urllib.error.HTTPError):
-        return MirrorFailure(f"HTTP {exc.code} {exc.reason}", transient=exc.code >= 500)
+        kind = FailureKind.TRANSIENT if exc.code >= 500 else FailureKind.PERMANENT
+        return MirrorFailure(f"HTTP {exc.code} {exc.reason}", kind)
     reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-    if isinstance(reason, (socket.timeout, TimeoutError)):
-        return MirrorFailure(f"no answer within the {timeout_s:g} s timeout", transient=True)
+    symptom = _unreachable_symptom(reason)
+    if symptom == "timed out":
+        return MirrorFailure(
+            f"no answer within the {timeout_s:g} s timeout", FailureKind.UNREACHABLE, symptom
+        )
     if isinstance(reason, FileNotFoundError):
-        return MirrorFailure(f"no such file: {reason.filename}", transient=False)
+        return MirrorFailure(f"no such file: {reason.filename}", FailureKind.PERMANENT)
     if isinstance(exc, http.client.IncompleteRead):
-        return MirrorFailure(f"connection closed after {len(exc.partial)} bytes of the body", transient=True)
-    return MirrorFailure(f"connection failed: {reason}", transient=True)
+        return MirrorFailure(
+            f"connection closed after {len(exc.partial)} bytes of the body", FailureKind.TRANSIENT
+        )
+    if symptom is not None:
+        return MirrorFailure(f"connection failed: {reason}", FailureKind.UNREACHABLE, symptom)
+    return MirrorFailure(f"connection failed: {reason}", FailureKind.TRANSIENT)
 
 
 def _stream_to(url: str, tmp: Path, timeout_s: float, label: str) -> tuple[str, int]:
@@ -137,7 +235,9 @@ def _stream_to(url: str, tmp: Path, timeout_s: float, label: str) -> tuple[str, 
         except (OSError, http.client.HTTPException) as exc:
             raise _describe_os_error(exc, timeout_s) from exc
     if expected is not None and received != expected:
-        raise MirrorFailure(f"body ended after {received} of {expected} announced bytes", transient=True)
+        raise MirrorFailure(
+            f"body ended after {received} of {expected} announced bytes", FailureKind.TRANSIENT
+        )
     return digest.hexdigest(), received
 
 
@@ -148,7 +248,7 @@ def _verify_gzip_content(tmp: Path, pinned_sha256: str) -> tuple[str, int]:
     if head != b"\x1f\x8b":
         with open(tmp, "rb") as raw:
             preview = raw.read(40).decode("latin-1").replace("\n", " ").strip()
-        raise MirrorFailure(f"body is not gzip (it starts with {preview!r})", transient=False)
+        raise MirrorFailure(f"body is not gzip (it starts with {preview!r})", FailureKind.PERMANENT)
     digest = hashlib.sha256()
     size = 0
     try:
@@ -158,17 +258,60 @@ def _verify_gzip_content(tmp: Path, pinned_sha256: str) -> tuple[str, int]:
                 size += len(chunk)
     except EOFError as exc:
         raise MirrorFailure(
-            f"truncated gzip: the compressed stream ends early ({exc})", transient=True
+            f"truncated gzip: the compressed stream ends early ({exc})", FailureKind.TRANSIENT
         ) from exc
     except (gzip.BadGzipFile, zlib.error, OSError) as exc:
-        raise MirrorFailure(f"corrupt gzip: {exc}", transient=False) from exc
+        raise MirrorFailure(f"corrupt gzip: {exc}", FailureKind.PERMANENT) from exc
     content_sha256 = digest.hexdigest()
     if content_sha256 != pinned_sha256:
         raise MirrorFailure(
             f"content SHA-256 mismatch: got {content_sha256}, pinned {pinned_sha256}",
-            transient=False,
+            FailureKind.PERMANENT,
         )
     return content_sha256, size
+
+
+def _try_once(spec: FileSpec, url: str, target: Path, timeout_s: float) -> _Verified:
+    """One try: stream, verify and rename into place, or raise MirrorFailure leaving nothing."""
+    with atomic_path(target) as tmp:
+        archive_sha256, archive_bytes = _stream_to(url, tmp, timeout_s, spec.name)
+        content_sha256, content_bytes = _verify_gzip_content(tmp, spec.sha256)
+    return _Verified(archive_sha256, archive_bytes, content_sha256, content_bytes)
+
+
+def _worth_retrying(failure: MirrorFailure, last_live_mirror: bool) -> bool:
+    """Retry transient failures; retry a silent mirror only when no other mirror could serve."""
+    if failure.kind is FailureKind.TRANSIENT:
+        return True
+    return failure.kind is FailureKind.UNREACHABLE and last_live_mirror
+
+
+def _try_mirror(
+    spec: FileSpec,
+    mirror: str,
+    target: Path,
+    policy: FetchPolicy,
+    sleep: Callable[[float], None],
+    last_live_mirror: bool,
+) -> _MirrorOutcome:
+    """Up to `policy.retries` tries at one mirror, with exponential backoff between them."""
+    url = mirror_url(mirror, spec.name)
+    reasons: list[str] = []
+    tries = max(1, policy.retries)
+    for attempt in range(1, tries + 1):
+        try:
+            return _MirrorOutcome(reasons, verified=_try_once(spec, url, target, policy.timeout_s))
+        except MirrorFailure as failure:
+            reasons.append(f"attempt {attempt}: {failure.reason}")
+            log.warning("%s from %s: %s", spec.name, mirror, failure.reason)
+            if attempt == tries or not _worth_retrying(failure, last_live_mirror):
+                return _MirrorOutcome(reasons, last_failure=failure)
+            sleep(policy.backoff_s * 2 ** (attempt - 1))
+    raise AssertionError("the last try always returns")
+
+
+def _attempt_lines(failures: Sequence[tuple[str, list[str]]]) -> list[str]:
+    return [f"{mirror}: {'; '.join(reasons)}" for mirror, reasons in failures]
 
 
 def fetch_file(
@@ -177,45 +320,47 @@ def fetch_file(
     dest_dir: str | os.PathLike,
     policy: FetchPolicy = FetchPolicy(),
     sleep: Callable[[float], None] = time.sleep,
+    dead: DeadMirrors | None = None,
 ) -> FetchedFile | list[tuple[str, list[str]]]:
     """Fetch one file from the first mirror that serves verified content.
 
+    `dead` carries the mirrors found unreachable by earlier files of the same download (and
+    receives any this file finds); without it, this file is its own download.
     Returns the `FetchedFile`, or, when every mirror failed, the list of (mirror, attempt reasons).
     """
+    dead = DeadMirrors() if dead is None else dead
     dest_dir = Path(dest_dir)
     dest_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_parts(dest_dir, spec.name)
     target = dest_dir / spec.name
     failures: list[tuple[str, list[str]]] = []
-    for mirror in mirrors:
-        url = mirror_url(mirror, spec.name)
-        reasons: list[str] = []
-        for attempt in range(1, policy.retries + 1):
-            try:
-                with atomic_path(target) as tmp:
-                    archive_sha256, archive_bytes = _stream_to(url, tmp, policy.timeout_s, spec.name)
-                    content_sha256, content_bytes = _verify_gzip_content(tmp, spec.sha256)
-            except MirrorFailure as failure:
-                reasons.append(f"attempt {attempt}: {failure.reason}")
-                log.warning("%s from %s: %s", spec.name, mirror, failure.reason)
-                if not failure.transient or attempt == policy.retries:
-                    break
-                sleep(policy.backoff_s * 2 ** (attempt - 1))
-                continue
-            log.info("%s verified from %s (%d bytes)", spec.name, mirror, archive_bytes)
+    for index, mirror in enumerate(mirrors):
+        note = dead.skip_note(mirror)
+        if note is not None:
+            log.info("%s: %s %s", spec.name, mirror, note)
+            failures.append((mirror, [note]))
+            continue
+        last_live = not dead.any_live(mirrors[index + 1 :])
+        outcome = _try_mirror(spec, mirror, target, policy, sleep, last_live)
+        if outcome.verified is not None:
+            log.info("%s verified from %s (%d bytes)", spec.name, mirror, outcome.verified.archive_bytes)
             return FetchedFile(
                 role=spec.role,
                 name=spec.name,
                 path=str(target),
                 mirror=mirror,
-                url=url,
-                archive_sha256=archive_sha256,
-                archive_bytes=archive_bytes,
-                content_sha256=content_sha256,
-                content_bytes=content_bytes,
-                attempts=[f"{m}: {'; '.join(r)}" for m, r in failures],
+                url=mirror_url(mirror, spec.name),
+                attempts=_attempt_lines(failures),
+                **asdict(outcome.verified),
             )
-        failures.append((mirror, reasons))
+        failure = outcome.last_failure
+        if failure is not None and failure.kind is FailureKind.UNREACHABLE:
+            dead.mark(mirror, spec.name, failure)
+            outcome.reasons.append("marked dead: skipped for the remaining files of this download")
+            log.warning(
+                "%s %s; skipping it for the remaining files of this download", mirror, failure.symptom
+            )
+        failures.append((mirror, outcome.reasons))
     return failures
 
 
@@ -270,8 +415,9 @@ def fetch_dataset(
         )
     fetched: list[FetchedFile] = []
     failed: dict[str, list[tuple[str, list[str]]]] = {}
+    dead = DeadMirrors()  # per call: a mirror dead for this download may be back for the next
     for spec in specs:
-        result = fetch_file(spec, mirrors, dest_dir, policy, sleep)
+        result = fetch_file(spec, mirrors, dest_dir, policy, sleep, dead)
         if isinstance(result, FetchedFile):
             fetched.append(result)
         else:
