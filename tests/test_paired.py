@@ -1,0 +1,312 @@
+"""Paired comparisons: which lanes pair, the interval arithmetic, the words, the table and the figure."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import matplotlib.image
+import numpy as np
+import pytest
+import yaml
+from scipy import stats
+
+from gradlanes.report import paired
+from gradlanes.report.paired import (
+    PairedComparison,
+    as_rows,
+    paired_comparisons,
+    paired_differences,
+    paired_figure,
+    paired_groups,
+    paired_section,
+)
+from gradlanes.report.rows import load_records
+from workflow import REPO
+
+CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
+LANES = list(CONFIG["lanes"])
+T95 = {n: stats.t.ppf(0.975, n - 1) for n in range(2, 8)}
+
+
+def record(lane: str, seed: int, correct: int | None = 9300, step_ms: float | None = 10.0, **config) -> dict:
+    """The fields a paired comparison reads, for a full-batch MLP lane unless `config` says else."""
+    cfg = {
+        "model": "mlp",
+        "hidden": 128,
+        "init": "lecun_normal",
+        "seed": seed,
+        "batch_size": "full",
+        "batch_images": 4096,
+        "steps": 600,
+        "epochs": 600.0,
+        "steps_per_epoch": 1,
+        "train_images": 4096,
+        "test_images": 10000,
+    } | config
+    ran = correct is not None
+    return {
+        "lane": lane,
+        "status": "ok" if ran else "skipped",
+        "config": cfg,
+        "accuracy": {"correct": correct, "total": 10000 if ran else None},
+        "timing": {"step_ms_median": step_ms if ran else None},
+    }
+
+
+def pair_of(reference_correct, candidate_correct, reference_ms=None, candidate_ms=None) -> PairedComparison:
+    """The one comparison of lanes `ref` and `cand`, seed i holding the i-th values."""
+    n = len(reference_correct)
+    reference_ms = reference_ms or [10.0] * n
+    candidate_ms = candidate_ms or [10.0] * n
+    records = [
+        record("ref", s, c, m) for s, (c, m) in enumerate(zip(reference_correct, reference_ms, strict=True))
+    ]
+    records += [
+        record("cand", s, c, m) for s, (c, m) in enumerate(zip(candidate_correct, candidate_ms, strict=True))
+    ]
+    (pair,) = paired_comparisons(records, ["ref", "cand"])
+    return pair
+
+
+@pytest.fixture(scope="module")
+def committed() -> list[dict]:
+    """The published records: results/<experiment>/runs, or results/runs where none is named."""
+    experiment = CONFIG.get("experiment") or CONFIG["dataset"]["name"]
+    for root in (REPO / "results" / experiment, REPO / "results"):
+        paths = sorted(root.glob("runs/*/seed-*/record.json"))
+        if paths:
+            return load_records(paths)
+    pytest.skip("no committed records under results/")
+
+
+# --- grouping -----------------------------------------------------------------------------------
+
+
+def test_committed_lanes_group_by_initial_weights_and_batch_order(committed):
+    groups = list(paired_groups(committed, LANES).values())
+    lanes = {record["lane"] for record in committed}
+    expected = [
+        tuple(lane for lane in LANES if lane in lanes and lane in group)
+        for group in (
+            {"xla_gpu", "xla_cpu", "host", "iree_cpu"},
+            {"softmax_kernel", "softmax_xla"},
+            {"mlp_stream"},
+        )
+    ]
+    assert groups == expected
+    # mlp_stream loads the same initial weights as the full-batch MLP lanes; the batches part them.
+    keys = {group[0]: key for key, group in paired_groups(committed, LANES).items()}
+    assert keys["mlp_stream"].weights == keys["xla_gpu"].weights
+    assert keys["mlp_stream"].batch_images != keys["xla_gpu"].batch_images
+
+
+def test_committed_pairs_leave_out_the_lane_skipped_on_every_seed(committed):
+    pairs = paired_comparisons(committed, LANES)
+    # Without a GPU the GPU lane's records are skipped, and it pairs with no lane.
+    skipped = {r["lane"] for r in committed} - {r["lane"] for r in committed if r["status"] == "ok"}
+    assert not skipped & {name for p in pairs for name in (p.reference, p.candidate)}
+    names = [(p.reference, p.candidate) for p in pairs]
+    assert ("xla_cpu", "host") in names and ("softmax_kernel", "softmax_xla") in names
+    assert all(LANES.index(ref) < LANES.index(cand) for ref, cand in names)  # reference: earlier lane
+    assert all(p.n == len(p.seeds) >= 2 for p in pairs)
+
+
+def test_lanes_differing_in_what_fixes_the_batches_or_weights_do_not_pair():
+    base = [record("a", 0), record("b", 0)]
+    for change in ({"steps": 300}, {"batch_images": 128, "batch_size": 128}, {"init": "he_normal"}):
+        groups = paired_groups([*base, record("c", 0, **change)], ["a", "b", "c"])
+        assert list(groups.values()) == [("a", "b"), ("c",)], change
+    # The loss and learning rate do not change the seed's randomness: such lanes still pair.
+    groups = paired_groups([*base, record("c", 0, loss="xent", learning_rate=0.1)], ["a", "b", "c"])
+    assert list(groups.values()) == [("a", "b", "c")]
+
+
+def test_softmax_hidden_width_does_not_split_lanes():
+    softmax = {"model": "softmax", "init": "zeros"}
+    groups = paired_groups([record("a", 0, hidden=None, **softmax), record("b", 0, hidden=128, **softmax)])
+    assert list(groups.values()) == [("a", "b")]
+
+
+def test_pairs_span_only_seeds_both_lanes_completed():
+    records = [record("a", s) for s in range(3)] + [
+        record("b", 0, 9310),
+        record("b", 1, None),  # skipped on seed 1
+        record("b", 2, 9320),
+    ]
+    records += [record("c", s, None) for s in range(3)]  # skipped everywhere: no pair at all
+    pairs = paired_comparisons(records, ["a", "b", "c"])
+    assert [(p.reference, p.candidate, p.seeds) for p in pairs] == [("a", "b", (0, 2))]
+    assert pairs[0].accuracy_differences == pytest.approx((0.1, 0.2))
+
+
+def test_a_failed_record_counts_as_not_completed():
+    failed = record("b", 1, 9999) | {"status": "failed"}
+    pairs = paired_comparisons([record("a", 0), record("a", 1), record("b", 0), failed], ["a", "b"])
+    assert pairs[0].seeds == (0,)
+
+
+def test_one_shared_seed_gives_the_difference_without_an_interval():
+    pair = pair_of([9300], [9303], [10.0], [12.0])
+    assert pair.n == 1
+    assert pair.accuracy.value == pytest.approx(0.03)
+    assert math.isnan(pair.accuracy.low) and math.isnan(pair.step_ms_ratio.high)
+    assert pair.accuracy_verdict == (
+        "cand is higher than ref by 0.03 points on the one shared seed; one seed gives no interval"
+    )
+    assert (
+        pair.speed_verdict
+        == "cand is 1.20× slower than ref on the one shared seed; one seed gives no interval"
+    )
+    assert pair.as_row()["accuracy_diff_ci_low"] is None
+
+
+def test_lane_order_decides_the_reference_not_record_order():
+    records = [record("late", 0, 9310), record("early", 0, 9300)]
+    (pair,) = paired_comparisons(records, ["early", "late"])
+    assert (pair.reference, pair.candidate) == ("early", "late")
+    (unordered,) = paired_comparisons(records)  # no order given: the first record's lane comes first
+    assert (unordered.reference, unordered.candidate) == ("late", "early")
+
+
+# --- arithmetic ---------------------------------------------------------------------------------
+
+
+def test_accuracy_interval_is_the_student_t_interval_of_the_per_seed_differences():
+    # Differences 0.1, 0.2, 0.0, 0.1, 0.1 points.
+    pair = pair_of([9300] * 5, [9310, 9320, 9300, 9310, 9310])
+    differences = np.array([0.1, 0.2, 0.0, 0.1, 0.1])
+    half = T95[5] * differences.std(ddof=1) / math.sqrt(5)
+    assert half == pytest.approx(2.7764451 * math.sqrt(0.005) / math.sqrt(5))
+    assert pair.accuracy.value == pytest.approx(0.1)
+    assert (pair.accuracy.low, pair.accuracy.high) == pytest.approx((0.1 - half, 0.1 + half))
+
+
+def test_ratio_interval_is_computed_on_logs():
+    # Ratios 1, 2, 4: arithmetic mean 7/3, geometric mean 2.
+    pair = pair_of([9300] * 3, [9300] * 3, [10.0, 10.0, 10.0], [10.0, 20.0, 40.0])
+    assert pair.step_ms_ratios == pytest.approx((1.0, 2.0, 4.0))
+    assert pair.step_ms_ratio.value == pytest.approx(2.0)
+    half = T95[3] * math.log(2) / math.sqrt(3)  # sd of (0, ln 2, 2 ln 2) is ln 2
+    assert pair.step_ms_ratio.low == pytest.approx(2 * math.exp(-half))
+    assert pair.step_ms_ratio.high == pytest.approx(2 * math.exp(half))
+    # Symmetric about the geometric mean on a log scale, which an arithmetic interval is not.
+    assert pair.step_ms_ratio.low * pair.step_ms_ratio.high == pytest.approx(4.0)
+
+
+def test_swapping_reference_and_candidate_negates_differences_and_inverts_ratios():
+    rng = np.random.default_rng(7)
+    for _ in range(25):
+        n = int(rng.integers(1, 7))
+        records = [
+            record(lane, seed, int(rng.integers(9200, 9400)), float(rng.uniform(1, 30)))
+            for lane in ("a", "b")
+            for seed in range(n)
+        ]
+        (forward,) = paired_comparisons(records, ["a", "b"])
+        (backward,) = paired_comparisons(records, ["b", "a"])
+        assert (backward.reference, backward.candidate) == (forward.candidate, forward.reference)
+        assert backward.accuracy.value == pytest.approx(-forward.accuracy.value, abs=1e-9)
+        assert backward.step_ms_ratio.value == pytest.approx(1 / forward.step_ms_ratio.value)
+        if n > 1:
+            assert backward.accuracy.low == pytest.approx(-forward.accuracy.high, abs=1e-9)
+            assert backward.step_ms_ratio.low == pytest.approx(1 / forward.step_ms_ratio.high)
+            assert backward.step_ms_ratio.high == pytest.approx(1 / forward.step_ms_ratio.low)
+
+
+# --- words --------------------------------------------------------------------------------------
+
+
+def test_verdict_for_an_interval_including_zero():
+    pair = pair_of([9300] * 3, [9310, 9290, 9300])  # +0.1, -0.1, 0: mean 0, sd 0.1
+    half = T95[3] * 0.1 / math.sqrt(3)
+    assert (
+        pair.accuracy_verdict == f"not distinguishable from zero (interval −{half:.2f} … +{half:.2f} points)"
+    )
+
+
+def test_verdicts_for_positive_and_negative_intervals():
+    higher = pair_of([9300] * 5, [9310, 9320, 9300, 9310, 9310])
+    assert higher.accuracy_verdict == "cand is higher than ref by 0.10 points (0.01 … 0.19)"
+    lower = pair_of([9310, 9320, 9300, 9310, 9310], [9300] * 5)
+    assert lower.accuracy_verdict == "cand is lower than ref by 0.10 points (0.01 … 0.19)"
+
+
+def test_verdict_for_identical_accuracy_on_every_seed():
+    pair = pair_of([9300, 9250, 9371], [9300, 9250, 9371])
+    assert pair.accuracy_verdict == "identical on every seed"
+    assert pair.accuracy_differences == (0.0, 0.0, 0.0)
+
+
+def test_speed_verdicts():
+    slower = pair_of([9300] * 3, [9300] * 3, [10.0, 10.0, 10.0], [10.5, 10.4, 10.6])
+    assert slower.speed_verdict.startswith("cand is 1.05× slower than ref (1.0")
+    faster = pair_of([9300] * 3, [9300] * 3, [10.5, 10.4, 10.6], [10.0, 10.0, 10.0])
+    assert faster.speed_verdict.startswith("cand is 1.05× faster than ref (1.0")
+    low, high = (float(v) for v in faster.speed_verdict.split("(")[1].rstrip(")").split(" … "))
+    assert 1 < low < 1.05 < high  # told as a speed-up factor, so both ends above 1
+    even = pair_of([9300] * 3, [9300] * 3, [10.0, 10.0, 10.0], [9.0, 11.0, 10.0])
+    assert even.speed_verdict.startswith("not distinguishable from 1× (interval 0.")
+
+
+# --- table and section --------------------------------------------------------------------------
+
+
+def test_rows_follow_the_column_specs_and_serialise():
+    pairs = [pair_of([9300] * 3, [9310, 9290, 9300]), pair_of([9300], [9303])]
+    rows = as_rows(pairs)
+    assert [list(row) for row in rows] == [[column.name for column in paired.ROW_COLUMNS]] * 2
+    assert rows[0]["seeds"] == "0 1 2" and rows[0]["n"] == 3
+    assert rows[0]["accuracy_diffs"] == "0.1000 -0.1000 0.0000"
+    assert json.loads(json.dumps(rows, allow_nan=False))[1]["step_ms_ratio_ci_high"] is None
+
+
+def test_markdown_section_has_one_row_per_pair(committed):
+    pairs = paired_comparisons(committed, LANES)
+    text = paired_section(pairs)
+    assert text.startswith("## Paired comparisons\n")
+    assert "same initial weights" in text and "Student-t" in text and "n − 1 degrees of freedom" in text
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    assert len(rows) == len(pairs) >= 4  # full-batch MLP pairs (3 without the GPU lane), one softmax
+    assert "| `host` vs `xla_cpu` | 0, 1, 2 |" in text
+    assert "identical on every seed" in text  # the softmax lanes agree on every prediction count
+    assert "No two lanes" in paired_section([])
+
+
+# --- figure -------------------------------------------------------------------------------------
+
+
+def test_figure_has_two_panels_per_pair_and_is_written_as_png(tmp_path):
+    one = [pair_of([9300] * 3, [9310, 9290, 9300], [10.0] * 3, [10.5, 10.4, 10.6])]
+    three = [*one, pair_of([9300] * 3, [9300] * 3), pair_of([9300], [9305], [10.0], [5.0])]
+    for pairs in (one, three):
+        figure = paired_figure(pairs)
+        assert len(figure.axes) == 2 * len(pairs)
+        assert [ax.get_xscale() for ax in figure.axes] == ["linear", "log"] * len(pairs)
+    heights = {}
+    for name, pairs in (("one", one), ("three", three)):
+        path = tmp_path / f"{name}.png"
+        paired_differences(pairs, path)
+        image = matplotlib.image.imread(path)  # decodes the PNG, or raises
+        assert image.ndim == 3 and image.shape[2] in (3, 4)
+        assert len(np.unique(image.reshape(-1, image.shape[2]), axis=0)) > 10  # drawn, not blank
+        heights[name] = image.shape[0]
+        if name == "one":
+            assert image.shape[1] > image.shape[0]  # two panels side by side
+    # A row of panels per pair: three pairs stand well over twice as tall as one.
+    assert 2.0 < heights["three"] / heights["one"] < 3.5
+    assert not list(tmp_path.glob(".*.part"))  # written atomically, no temporary left behind
+
+
+def test_figure_marks_zero_and_one():
+    figure = paired_figure([pair_of([9300] * 3, [9310, 9290, 9300], [10.0] * 3, [10.5, 10.4, 10.6])])
+    left, right = figure.axes
+    # axvline draws a two-point line at one x; a mean marker is one point, so is not counted.
+    vertical = [
+        ax_line.get_xdata()[0]
+        for ax in (left, right)
+        for ax_line in ax.get_lines()
+        if len(ax_line.get_xdata()) == 2 and len(set(ax_line.get_xdata())) == 1
+    ]
+    assert 0.0 in vertical and 1.0 in vertical
+    assert right.get_xlim()[0] < 1 < right.get_xlim()[1]
