@@ -13,6 +13,7 @@ include: "workflow/rules/program.smk"
 include: "workflow/rules/lanes.smk"
 include: "workflow/rules/checks.smk"
 include: "workflow/rules/results.smk"
+include: "workflow/rules/publish.smk"
 include: "workflow/rules/bench.smk"
 
 
@@ -21,9 +22,5 @@ report: "workflow/report/workflow.rst"
 
 rule all:
     input:
-        all_program_manifests(),
-        all_lane_records(),
-        "results/checks/agreement.json",
-        "results/summary.md",
-        expand("results/figures/{figure}.png", figure=FIGURES),
+        WORK.receipt,
     default_target: True

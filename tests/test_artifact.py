@@ -18,7 +18,7 @@ from gradlanes.program.capture import capture
 from gradlanes.program.jaxcompat import jaxpr_as_fun
 from workflow import REPO
 
-PROGRAMS = sorted((REPO / "results/programs").glob("*/program.json"))
+PROGRAMS = sorted((REPO / "results").glob("*/programs/*/program.json"))
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
 
 

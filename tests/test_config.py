@@ -139,3 +139,46 @@ def test_schema_defaults_are_filled():
     assert config["lanes"]["mlp_stream"]["init"] == "lecun_normal"
     assert config["lanes"]["mlp_stream"]["train_images"] == "all"
     assert config["lanes"]["host"]["log_rows"] == 12
+
+
+@pytest.mark.parametrize(
+    "lane, settings, expected",
+    [
+        ("host", {"fuse_steps": 7}, "'lanes.host.fuse_steps' is 7, which does not divide its 600 steps"),
+        # epochs x (train_images // batch_size), known without the data: 2 x (1000 // 100) = 20
+        (
+            "mlp_stream",
+            {"train_images": 1000, "epochs": 2, "batch_size": 100, "fuse_steps": 3},
+            "'lanes.mlp_stream.fuse_steps' is 3, which does not divide its 20 steps",
+        ),  # fmt: skip
+    ],
+)
+def test_fuse_steps_that_cannot_divide_the_steps_are_refused_up_front(lane, settings, expected):
+    message = problems_of(lambda c: c["lanes"][lane].update(settings))
+    assert expected in message
+
+
+def test_sizes_that_need_the_data_are_checked_against_a_prepared_dataset():
+    from gradlanes.data.description import MNIST
+
+    def oversized(config):
+        config["lanes"]["xla_gpu"]["train_images"] = 60_001
+        config["lanes"]["mlp_stream"]["fuse_steps"] = 7  # 20 epochs x 468 batches: not a multiple of 7
+
+    config = copy.deepcopy(BASE)
+    oversized(config)
+    check_config(config, SCHEMA)  # without the data these cannot be known
+    with pytest.raises(ConfigError) as caught:
+        check_config(config, SCHEMA, dataset=MNIST)
+    message = str(caught.value)
+    assert "lane 'xla_gpu' on dataset 'mnist'" in message and "60001" in message.replace(",", "")
+    assert "lane 'mlp_stream' on dataset 'mnist'" in message and "fuse_steps 7" in message
+    check_config(copy.deepcopy(BASE), SCHEMA, dataset=MNIST)
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [("checks", "may not be 'checks'"), ("Big Run", "'experiment' must be a string matching")],
+)
+def test_experiment_names_are_checked(name, expected):
+    assert expected in problems_of(lambda c: c.update(experiment=name))

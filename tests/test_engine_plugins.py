@@ -16,6 +16,7 @@ import yaml
 
 from gradlanes.engines.base import EnginePlugin
 from gradlanes.engines.registry import UnknownEngine, engine_names, get_engine
+from gradlanes.layout import work
 from workflow import REPO, output_of, run_snakemake
 
 SUBSET = REPO / ".test" / "config.yaml"
@@ -128,7 +129,7 @@ def test_a_lane_runs_on_an_engine_from_an_installed_package(tiny_engine_site, mi
     tiny = {**config["lanes"]["xla_cpu"], "engine": "tiny"}
     overrides = {"dataset": {"mirrors": [mirror_server.mirror("good")]}, "lanes": {"tiny": tiny}}
     env = {"PYTHONPATH": str(tiny_engine_site)}
-    targets = ["results/runs/tiny/seed-0/record.json", "results/runs/xla_cpu/seed-0/record.json"]
+    targets = [work("mnist").record("tiny", 0), work("mnist").record("xla_cpu", 0)]
     process = run_snakemake(tmp_path, *targets, configfile=SUBSET, overrides=overrides, env=env)
     assert process.returncode == 0, output_of(process)
     tiny_record, xla_record = (json.loads((tmp_path / target).read_text()) for target in targets)

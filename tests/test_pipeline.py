@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import shutil
+import signal
+import time
 
 import jax
 import pandas as pd
@@ -16,12 +20,15 @@ import pytest
 import yaml
 
 from gradlanes.engines.registry import get_engine
+from gradlanes.layout import published, work
 from gradlanes.run.records import validate_record
-from workflow import REPO, output_of, run_snakemake
+from workflow import REPO, output_of, run_snakemake, start_snakemake
 
 pytestmark = pytest.mark.slow
 SUBSET = REPO / ".test" / "config.yaml"
 CONFIG = yaml.safe_load(SUBSET.read_text())
+# What the tests read: the published experiment (results/mnist/) and the work area behind it.
+PUBLISHED, WORK = published("mnist"), work("mnist")
 HAS_GPU = any(d.platform == "gpu" for d in jax.devices())
 # Sane floors for the slice (1,024 training images, tens of steps), far above chance (10 %), per
 # experiment (model, loss), so that a new lane of an existing experiment needs no new floor.
@@ -37,11 +44,18 @@ def subset_run(mirror_server, tmp_path_factory):
     return workdir, mirror
 
 
+@pytest.fixture
+def subset_copy(subset_run, tmp_path):
+    """A private copy of the finished subset run, for tests that rerun, fail or kill parts of it,
+    so that no test depends on what another test did to the shared one."""
+    workdir, mirror = subset_run
+    copy = tmp_path / "subset"
+    shutil.copytree(workdir, copy, symlinks=True, ignore=shutil.ignore_patterns("locks", "incomplete"))
+    return copy, mirror
+
+
 def records(workdir):
-    return {
-        lane: json.loads((workdir / f"results/runs/{lane}/seed-0/record.json").read_text())
-        for lane in CONFIG["lanes"]
-    }
+    return {lane: json.loads((workdir / PUBLISHED.record(lane, 0)).read_text()) for lane in CONFIG["lanes"]}
 
 
 def test_every_record_is_valid_and_ok(subset_run):
@@ -76,7 +90,7 @@ def test_accuracy_above_slice_floors(subset_run):
 
 def test_agreement_passes_with_measured_values(subset_run):
     workdir, _ = subset_run
-    report = json.loads((workdir / "results/checks/agreement.json").read_text())
+    report = json.loads((workdir / PUBLISHED.agreement).read_text())
     assert report["passed"] and report["counts"]["failed"] == 0
     checks = {check["name"]: check for check in report["checks"]}
     ran = [lane for lane, record in records(workdir).items() if record["status"] == "ok"]
@@ -102,12 +116,12 @@ def test_lanes_of_one_experiment_ran_one_committed_program(subset_run):
     tlaloc = {runs[lane]["program"]["fingerprint"] for lane in ("xla_gpu", "xla_cpu", "host")}
     assert len(tlaloc) == 1, "lanes of one experiment must record one program"
     assert runs["softmax_kernel"]["program"] is None  # the hand kernels run no captured program
-    report = json.loads((workdir / "results/checks/agreement.json").read_text())
+    report = json.loads((workdir / PUBLISHED.agreement).read_text())
     checks = {check["name"]: check for check in report["checks"]}
     for lane, record in runs.items():
         if record["program"] is None:
             continue
-        folder = workdir / "results/programs" / record["program"]["id"]
+        folder = workdir / PUBLISHED.program_dir(record["program"]["id"])
         manifest = json.loads((folder / "program.json").read_text())
         assert manifest["fingerprint"] == record["program"]["fingerprint"], lane
         step = (folder / "step.jax_export").read_bytes()
@@ -118,28 +132,26 @@ def test_lanes_of_one_experiment_ran_one_committed_program(subset_run):
 
 def test_curves_and_digits(subset_run):
     workdir, _ = subset_run
-    curve = pd.read_parquet(workdir / "results/runs/host/seed-0/curve.parquet")
+    curve = pd.read_parquet(workdir / PUBLISHED.curve("host", 0))
     assert (curve["kind"] == "train").sum() == 40
     assert curve.loc[curve["kind"] == "test", "step"].tolist() == [0, 20, 40]
-    digits = (workdir / "results/runs/host/seed-0/digits.txt").read_text()
+    digits = (workdir / PUBLISHED.digits("host", 0)).read_text()
     assert len(re.findall(r"predicted \d, label \d", digits)) == 6
     log = (workdir / "logs/train/host/seed-0.log").read_text()
     assert 8 <= len(re.findall(r"^\S+ \S+ INFO gradlanes.run.train: +\d+ +\d\.\d+ ", log, re.M)) <= 20
 
 
-def test_rerunning_one_lane_reruns_only_that_lane(subset_run):
-    workdir, mirror = subset_run
-    before = {
-        lane: (workdir / f"results/runs/{lane}/seed-0/record.json").stat().st_mtime_ns
-        for lane in CONFIG["lanes"]
-    }
+def test_rerunning_one_lane_reruns_only_that_lane_and_republishes(subset_copy):
+    workdir, mirror = subset_copy
+    before = {lane: (workdir / WORK.record(lane, 0)).stat().st_mtime_ns for lane in CONFIG["lanes"]}
+    published_before = {lane: (workdir / PUBLISHED.record(lane, 0)).read_bytes() for lane in CONFIG["lanes"]}
     process = run_snakemake(workdir, "--forcerun", "train_host", configfile=SUBSET, overrides=mirror)
     assert process.returncode == 0, output_of(process)
-    after = {
-        lane: (workdir / f"results/runs/{lane}/seed-0/record.json").stat().st_mtime_ns
-        for lane in CONFIG["lanes"]
-    }
+    after = {lane: (workdir / WORK.record(lane, 0)).stat().st_mtime_ns for lane in CONFIG["lanes"]}
     assert [lane for lane in before if before[lane] != after[lane]] == ["host"]
+    published_after = {lane: (workdir / PUBLISHED.record(lane, 0)).read_bytes() for lane in CONFIG["lanes"]}
+    assert [lane for lane in before if published_before[lane] != published_after[lane]] == ["host"]
+    assert published_after["host"] == (workdir / WORK.record("host", 0)).read_bytes()
 
 
 def test_dry_run_with_everything_done_has_nothing_to_do(subset_run):
@@ -149,21 +161,82 @@ def test_dry_run_with_everything_done_has_nothing_to_do(subset_run):
     assert "Nothing to be done" in output_of(process), output_of(process)
 
 
-def test_a_failed_agreement_check_fails_the_dag(subset_run):
-    workdir, mirror = subset_run
+def tree_digest(folder):
+    """Every file under `folder` with its bytes' SHA-256: equal digests mean a byte-identical tree."""
+    return {
+        str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
+def test_a_failed_agreement_check_fails_the_dag_and_publishes_nothing(subset_copy):
+    workdir, mirror = subset_copy
+    published = tree_digest(workdir / "results")
     strict = {**mirror, "agreement": {"early_loss_u": 1e-3}}
     process = run_snakemake(workdir, configfile=SUBSET, overrides=strict)
     assert process.returncode != 0
     assert "agreement checks failed: host/seed-0/early_loss measured" in output_of(process)
+    assert tree_digest(workdir / "results") == published
+
+
+def test_a_diverged_lane_and_bad_settings_leave_published_results_byte_identical(subset_copy):
+    workdir, mirror = subset_copy
+    published = tree_digest(workdir / "results")
+    assert len(published) > 30
+    # Diverges at run time: SGD at 100 (the schema's maximum) on MSE overflows by step 14. The
+    # Tlaloc lanes change together, since the agreement pair needs equal experiments.
+    exploding = {"optimizer": "sgd", "learning_rate": 100.0}
+    tlaloc = ("xla_gpu", "xla_cpu", "host", "iree_cpu")
+    diverging = {**mirror, "lanes": {lane: exploding for lane in tlaloc}}
+    process = run_snakemake(workdir, configfile=SUBSET, overrides=diverging)
+    assert process.returncode != 0
+    assert re.search(r"lane '\w+' seed 0: the loss became", output_of(process)), output_of(process)
+    assert tree_digest(workdir / "results") == published
+    # Refused before any job: 40 steps are not a multiple of 7 (named with the key and the fix).
+    fused = {**mirror, "lanes": {"xla_cpu": {"fuse_steps": 7}}}
+    process = run_snakemake(workdir, configfile=SUBSET, overrides=fused)
+    assert process.returncode != 0
+    assert "'lanes.xla_cpu.fuse_steps' is 7, which does not divide its 40 steps" in output_of(process)
+    assert "Finished job" not in output_of(process)
+    # Needs the prepared dataset to see it: more test images than MNIST has.
+    oversized = {**mirror, "lanes": {"mlp_stream": {"test_images": 10_001}}}
+    process = run_snakemake(workdir, configfile=SUBSET, overrides=oversized)
+    assert process.returncode != 0 and "lane 'mlp_stream' on dataset 'mnist'" in output_of(process)
+    assert tree_digest(workdir / "results") == published
+
+
+def test_a_killed_run_leaves_results_clean_and_resumes_as_the_readme_says(subset_copy):
+    workdir, mirror = subset_copy
+    published = tree_digest(workdir / "results")
+    started = workdir / "logs/train/host/seed-0.log"
+    started.unlink()
+    process = start_snakemake(workdir, "--forcerun", "train_host", configfile=SUBSET, overrides=mirror)
+    deadline = time.monotonic() + 300
+    while not started.is_file() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert started.is_file(), "the host lane never started"
+    os.killpg(process.pid, signal.SIGKILL)  # Snakemake and its job, as a lost session would
+    process.wait()
+    assert tree_digest(workdir / "results") == published
+    locked = run_snakemake(workdir, configfile=SUBSET, overrides=mirror)
+    assert locked.returncode != 0 and "cannot be locked" in output_of(locked)
+    assert run_snakemake(workdir, "--unlock", configfile=SUBSET, overrides=mirror).returncode == 0
+    again = ("--forcerun", "train_host", "--rerun-incomplete")  # the killed command, again
+    resumed = run_snakemake(workdir, *again, configfile=SUBSET, overrides=mirror)
+    assert resumed.returncode == 0, output_of(resumed)
+    assert (workdir / PUBLISHED.record("host", 0)).read_bytes() == (
+        workdir / WORK.record("host", 0)
+    ).read_bytes()
 
 
 def test_summary_figures_and_report(subset_run):
     workdir, mirror = subset_run
-    summary = (workdir / "results/summary.md").read_text()
+    summary = (workdir / PUBLISHED.summary("md")).read_text()
     assert "| `host` | interpreter |" in summary and "Published anchors" in summary
     assert re.search(r"\d[\d,]* / 1,000 = \d+\.\d\d %", summary)
     for figure in ("loss_curves", "accuracy_per_epoch", "digits", "cost_accuracy"):
-        assert (workdir / f"results/figures/{figure}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert (workdir / PUBLISHED.figure(figure)).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     process = run_snakemake(workdir, "--report", "results/report.html", configfile=SUBSET, overrides=mirror)
     assert process.returncode == 0, output_of(process)
     assert (workdir / "results/report.html").stat().st_size > 10_000
@@ -188,19 +261,25 @@ def test_predict_a_drawn_digit_with_a_trained_lane(subset_run, tmp_path, capsys)
     assert "1:" in next(line for line in out.splitlines() if "<- predicted" in line)
 
 
-def test_another_idx_dataset_through_config_alone_passes_agreement(shared_mnist, tmp_path):
-    """Transposed MNIST (other pixels on every input) named only in the config."""
+def test_another_dataset_is_its_own_experiment_and_never_touches_the_default(shared_mnist, subset_copy):
+    """Transposed MNIST (other pixels on every input) named only in the config: it passes agreement,
+    publishes to results/<its name>/, and leaves the published MNIST experiment byte-identical."""
     from derived import NAME, write_transposed_mnist
 
-    overlay = yaml.safe_load(write_transposed_mnist(tmp_path / "transposed", shared_mnist).read_text())
-    workdir = tmp_path / "run"
-    process = run_snakemake(workdir, "results/checks/agreement.json", configfile=SUBSET, overrides=overlay)
+    workdir, _ = subset_copy
+    default = tree_digest(workdir / PUBLISHED.root)
+    overlay = yaml.safe_load(write_transposed_mnist(workdir / "transposed", shared_mnist).read_text())
+    process = run_snakemake(workdir, configfile=SUBSET, overrides=overlay)
     assert process.returncode == 0, output_of(process)
-    report = json.loads((workdir / "results/checks/agreement.json").read_text())
+    other = published(NAME)
+    report = json.loads((workdir / other.agreement).read_text())
     assert report["passed"] and report["counts"]["ok"] >= 25, report["counts"]
     manifest = json.loads((workdir / f"resources/{NAME}/manifest.json").read_text())
     assert manifest["dataset"] == NAME
-    record = json.loads((workdir / "results/runs/host/seed-0/record.json").read_text())
+    record = json.loads((workdir / other.record("host", 0)).read_text())
     assert record["dataset"]["name"] == NAME
     pinned = overlay["dataset"]["files"]["train_images"]["sha256"]
     assert record["dataset"]["sha256"]["train_images"] == pinned
+    receipt = json.loads((workdir / other.receipt).read_text())
+    assert receipt["identity"]["dataset"] == NAME and receipt["identity"]["experiment"] == NAME
+    assert tree_digest(workdir / PUBLISHED.root) == default

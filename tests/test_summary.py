@@ -10,8 +10,10 @@ import pytest
 import yaml
 from PIL import Image, ImageDraw
 
+from gradlanes.layout import default_experiment, published
 from gradlanes.report.cli import main
 from gradlanes.report.drawn import ImageUnreadable, mnist_style
+from gradlanes.report.paired import paired_comparisons, paired_section
 from gradlanes.report.summary import (
     accuracy_text,
     agreement_verdicts,
@@ -60,14 +62,16 @@ def test_committed_table_and_digits_print(capsys):
 
 def test_cli_errors_are_clear(capsys, tmp_path):
     assert main(["--project", str(REPO), "digits", "nope"]) == 2
-    assert "no lane 'nope' in config.yaml; lanes: xla_gpu" in capsys.readouterr().err
+    assert "no lane 'nope' in " in capsys.readouterr().err
+    assert main(["--project", str(REPO), "table", "--experiment", "absent"]) == 2
+    assert "no published experiment 'absent'" in capsys.readouterr().err
     project = tmp_path / "project"
     project.mkdir()
     (project / "config.yaml").write_text((REPO / "config.yaml").read_text())
     assert main(["--project", str(project), "predict", "x.png", "--lane", "host"]) == 2
     assert "run `snakemake --cores all --until train_host` first" in capsys.readouterr().err
     assert main(["--project", str(project), "table"]) == 2
-    assert "summary.parquet not found" in capsys.readouterr().err
+    assert "no published experiment 'mnist'" in capsys.readouterr().err
 
 
 def test_drawn_digit_is_centred_like_mnist():
@@ -91,7 +95,10 @@ def test_blank_drawing_is_refused():
 def test_readme_shows_the_current_summary():
     from gradlanes.report.cli import readme_block
 
-    assert readme_block(REPO) in (REPO / "README.md").read_text(), "run `gradlanes readme` after the pipeline"
+    experiment = default_experiment(yaml.safe_load((REPO / "config.yaml").read_text()))
+    assert readme_block(REPO, experiment) in (REPO / "README.md").read_text(), (
+        "run `gradlanes readme` after the pipeline"
+    )
 
 
 def _without_column(page: str, header: str) -> str:
@@ -113,13 +120,12 @@ def _without_column(page: str, header: str) -> str:
 def test_committed_records_render_the_committed_summary():
     """The column specifications reproduce results/summary.md from its records, cell for cell."""
     config = yaml.safe_load((REPO / "config.yaml").read_text())
-    paths = [
-        REPO / f"results/runs/{lane}/seed-{seed}/record.json"
-        for lane in config["lanes"]
-        for seed in config["seeds"]
-    ]
-    report = json.loads((REPO / "results/checks/agreement.json").read_text())
-    page = markdown(lane_rows(load_records(paths), agreement_verdicts(report), reference_errors(report)))
-    committed = (REPO / "results/summary.md").read_text()
+    committed = published(default_experiment(config))
+    paths = [REPO / committed.record(lane, seed) for lane in config["lanes"] for seed in config["seeds"]]
+    report = json.loads((REPO / committed.agreement).read_text())
+    records = load_records(paths)
+    pairs = paired_section(paired_comparisons(records, list(config["lanes"])))
+    page = markdown(lane_rows(records, agreement_verdicts(report), reference_errors(report)), pairs)
+    committed = (REPO / committed.summary("md")).read_text()
     # Summaries written before records carried a program fingerprint lack its column.
     assert _without_column(page, "program (SHA-256)") == _without_column(committed, "program (SHA-256)")

@@ -7,8 +7,10 @@ into place only when complete; on any error the temporary file is removed.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,3 +68,63 @@ def remove_stale_parts(folder: str | os.PathLike, name: str) -> None:
     if folder.is_dir():
         for stale in folder.glob(f".{name}.*{TEMP_SUFFIX}"):
             stale.unlink(missing_ok=True)
+
+
+RENAME_EXCHANGE = 2  # linux/fs.h
+AT_FDCWD = -100
+
+
+def _renameat2_exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step with Linux renameat2(RENAME_EXCHANGE); False where unsupported."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    error = ctypes.get_errno()
+    if error in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):  # old kernel or filesystem without it
+        return False
+    raise OSError(error, os.strerror(error), str(a), None, str(b))
+
+
+def replace_folder(staged: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Put the complete folder `staged` at `target`, replacing what was there, as one step.
+
+    On Linux the two folders are exchanged atomically and the old one deleted: a reader sees the
+    old folder or the new one, never a mix or nothing. Elsewhere the old folder is renamed aside
+    first; a kill between the two renames leaves it at `<target>.replaced`, and
+    `recover_folder` puts it back.
+    """
+    staged, target = Path(staged), Path(target)
+    if not target.exists():
+        os.replace(staged, target)
+        return
+    if _renameat2_exchange(staged, target):
+        shutil.rmtree(staged)  # now holds the old folder
+        return
+    aside = aside_path(target)
+    shutil.rmtree(aside, ignore_errors=True)
+    os.replace(target, aside)
+    os.replace(staged, target)
+    shutil.rmtree(aside)
+
+
+def aside_path(target: Path) -> Path:
+    return target.with_name(f".{target.name}.replaced")
+
+
+def recover_folder(target: str | os.PathLike) -> bool:
+    """Restore `target` from its aside copy if a replace was killed between its renames."""
+    target = Path(target)
+    aside = aside_path(target)
+    if aside.exists() and not target.exists():
+        os.replace(aside, target)
+        return True
+    shutil.rmtree(aside, ignore_errors=True)
+    return False

@@ -18,6 +18,7 @@ import yaml
 
 from gradlanes.engines.registry import UnknownEngine, get_engine
 from gradlanes.experiment.naming import EXPERIMENT_SETTINGS
+from gradlanes.layout import name_errors
 
 
 class ConfigError(ValueError):
@@ -121,16 +122,57 @@ def engine_errors(lane: str, settings: Mapping) -> list[str]:
     return missing or get_engine(settings["engine"]).settings_errors(lane, settings)
 
 
-def semantic_errors(config: Mapping) -> list[str]:
+def known_steps(lane: Mapping) -> int | None:
+    """The lane's step count when the config alone fixes it (no dataset needed), else None."""
+    if "steps" in lane:
+        return int(lane["steps"])
+    batch, train = lane.get("batch_size"), lane.get("train_images", "all")
+    if "epochs" in lane and isinstance(batch, int) and isinstance(train, int) and batch <= train:
+        return int(lane["epochs"]) * (train // batch)
+    return None
+
+
+def size_errors(name: str, lane: Mapping) -> list[str]:
+    """Sizes that cannot work whatever the dataset: they would otherwise fail inside the job."""
     problems = []
+    batch, train = lane.get("batch_size"), lane.get("train_images", "all")
+    if isinstance(batch, int) and isinstance(train, int) and batch > train:
+        problems.append(f"'lanes.{name}.batch_size' is {batch}, larger than train_images {train}")
+    steps, fuse = known_steps(lane), int(lane.get("fuse_steps", 1))
+    if steps is not None and steps % fuse:
+        problems.append(
+            f"'lanes.{name}.fuse_steps' is {fuse}, which does not divide its {steps} steps; "
+            f"pick a divisor of {steps} (one compiled program must cover every dispatch)"
+        )
+    return problems
+
+
+def dataset_errors(config: Mapping, dataset) -> list[str]:
+    """Resolve every lane against a prepared dataset's description (sizes, step counts).
+
+    Run before any job when the dataset is already prepared, so that a size the dataset cannot
+    satisfy (more images than it has, a fuse_steps that does not divide an epoch-derived step
+    count) is refused up front instead of after download and initialisation.
+    """
+    from gradlanes.experiment.spec import resolve
+
+    problems = []
+    for name, lane in config.get("lanes", {}).items():
+        try:
+            resolve(name, lane, 0, dataset)
+        except ValueError as error:
+            problems.append(f"lane '{name}' on dataset {dataset.name!r}: {error}")
+    return problems
+
+
+def semantic_errors(config: Mapping) -> list[str]:
+    problems = name_errors(config["experiment"]) if "experiment" in config else []
     lanes = config.get("lanes", {})
     for name, lane in lanes.items():
         if ("steps" in lane) == ("epochs" in lane):
             problems.append(f"lane '{name}' needs exactly one of 'steps' or 'epochs'")
         problems += engine_errors(name, lane)
-        batch, train = lane.get("batch_size"), lane.get("train_images", "all")
-        if isinstance(batch, int) and isinstance(train, int) and batch > train:
-            problems.append(f"'lanes.{name}.batch_size' is {batch}, larger than train_images {train}")
+        problems += size_errors(name, lane)
     for engine in config.get("bench", {}).get("engines", []):
         problems += uninstalled("bench.engines", engine)
     for name, check in config.get("agreement", {}).get("pairs", {}).items():
@@ -174,12 +216,18 @@ def retired_agreement_errors(config: Mapping) -> list[str]:
     return problems
 
 
-def check_config(config: Mapping, schema_path: str | Path) -> None:
-    """Raise `ConfigError` listing every problem in `config`, one line each."""
+def check_config(config: Mapping, schema_path: str | Path, dataset=None) -> None:
+    """Raise `ConfigError` listing every problem in `config`, one line each.
+
+    `dataset` (a `DatasetDescription`), when the data is already prepared, adds the checks that
+    need its sizes.
+    """
     schema = load_schema(schema_path)
     problems = retired_agreement_errors(config) or schema_errors(config, schema)
     if not problems:
         problems = semantic_errors(config)
+    if not problems and dataset is not None:
+        problems = dataset_errors(config, dataset)
     if problems:
         raise ConfigError(
             "config.yaml (with any --config/--configfile overrides) has "

@@ -49,7 +49,14 @@ def environment() -> dict:
     # results/ is rewritten by the run itself and Markdown is prose: only changes to code and
     # config make a run "dirty".
     status = _git(
-        "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results", ":(exclude)*.md"
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        ".",
+        ":(exclude)results",
+        ":(exclude)work",
+        ":(exclude)*.md",
     )
     return {
         "python": platform.python_version(),

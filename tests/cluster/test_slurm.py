@@ -20,6 +20,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gradlanes.layout import published
+
+PUBLISHED = published("mnist")  # the CI subset's experiment (its dataset's name)
+
 REPO = Path(__file__).resolve().parents[2]
 SUBSET = REPO / ".test" / "config.yaml"
 SLURM_CONF = os.environ.get("GRADLANES_SLURM_CONF")
@@ -60,10 +64,10 @@ def test_every_record_ok_and_from_the_cluster_node(cluster_run):
     workdir, _, _ = cluster_run
     lanes = yaml.safe_load(SUBSET.read_text())["lanes"]
     for lane in lanes:
-        record = json.loads((workdir / f"results/runs/{lane}/seed-0/record.json").read_text())
+        record = json.loads((workdir / PUBLISHED.record(lane, 0)).read_text())
         assert record["status"] == ("skipped" if lane == "xla_gpu" else "ok"), (lane, record["reason"])
         assert record["environment"]["node"] == socket.gethostname()
-    assert json.loads((workdir / "results/checks/agreement.json").read_text())["passed"]
+    assert json.loads((workdir / PUBLISHED.agreement).read_text())["passed"]
 
 
 def test_jobs_went_through_slurm(cluster_run):

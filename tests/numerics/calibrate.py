@@ -25,7 +25,11 @@ import yaml
 from cells import Cell, split_runnable
 from matrix import REPO, SHARED_MNIST, SNAKEMAKE, agreement_report
 
+from gradlanes.layout import work
 from gradlanes.run.agreement import PAIR_BOUNDS
+
+# Calibration runs are an experiment of their own, so they never share files with a published one.
+EXPERIMENT = work("calibration")
 
 #: check name -> the config key of its bound
 PAIR_KINDS = {check: key for key, check in PAIR_BOUNDS.items()}
@@ -36,6 +40,7 @@ SAFETY = 3.0
 def wide_open(config: dict, seeds: list[int], mirror: str | None) -> dict:
     agreement = config["agreement"]
     override = {
+        "experiment": "calibration",
         "seeds": seeds,
         "agreement": {
             "early_steps": agreement.get("early_steps", 10),
@@ -91,7 +96,7 @@ def collect(folder: Path, run: str, cell: Cell, report: dict, values: dict) -> N
         if check["measured"] is None or (kind != "early_loss" and kind not in PAIR_KINDS):
             continue
         lane, seed = check["lanes"][0], check["seed"]
-        record = json.loads((folder / f"results/runs/{lane}/seed-{seed}/record.json").read_text())
+        record = json.loads((folder / EXPERIMENT.record(lane, seed)).read_text())
         key = "early_loss" if kind == "early_loss" else f"{check['check']}/{kind}"
         values[key].append(
             {
@@ -171,7 +176,7 @@ def main() -> int:
                 configfiles = [args.config, *([str(overlay)] if overlay else []), str(wide)]
                 argv = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(folder),
                         "--configfile", *configfiles, "--cores", str(cell.threads),
-                        "--forcerun", "agreement", "results/checks/agreement.json"]  # fmt: skip
+                        "--forcerun", "agreement", EXPERIMENT.agreement]  # fmt: skip
                 with open(folder / "calibrate.log", "w") as log:
                     rc = subprocess.run(
                         cell.command(argv), cwd=folder, env=cell.env(), stdout=log, stderr=subprocess.STDOUT

@@ -20,10 +20,13 @@ from pathlib import Path
 
 from cells import Cell, all_cells, split_runnable
 
+from gradlanes.layout import work
+
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = Path(sys.executable)
 SNAKEMAKE = PYTHON.parent / "snakemake"
 SUBSET = REPO / ".test" / "config.yaml"
+SUBSET_WORK = work("mnist")  # the CI subset's experiment (its dataset's name)
 SHARED_MNIST = REPO.parent / "shared" / "datasets" / "mnist"
 
 FINGERPRINT = """
@@ -54,7 +57,7 @@ def run(cell: Cell, argv: list[str], cwd: Path, log: Path, timeout: float = 900)
 
 def agreement_report(workdir: Path) -> dict | None:
     """The report the agreement rule wrote, or the one it logged before failing."""
-    path = workdir / "results/checks/agreement.json"
+    path = workdir / SUBSET_WORK.agreement
     if path.is_file():
         return json.loads(path.read_text())
     log = workdir / "logs/agreement.log"
@@ -131,7 +134,7 @@ def run_cell(cell: Cell, workdir: Path, data: Path) -> dict:
             f'dataset={{"mirrors": ["{data}"]}}',
             "--cores",
             str(cell.threads),
-            "results/checks/agreement.json",
+            SUBSET_WORK.agreement,
         ],
         folder,
         log,

@@ -6,7 +6,7 @@ rule agreement:
     input:
         unpack(agreement_inputs),
     output:
-        "results/checks/agreement.json",
+        WORK.agreement,
     params:
         agreement=config["agreement"],
         lanes={lane: config["lanes"][lane] for lane in agreement_lanes()},

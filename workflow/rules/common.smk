@@ -5,17 +5,36 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from gradlanes.config import ConfigError, check_config
+from gradlanes.data.description import DatasetDescription
+from gradlanes.layout import default_experiment, published, work
 from gradlanes.schemas import CONFIG, schema_path
 
 CONFIG_SCHEMA = schema_path(CONFIG)
+DATASET = config["dataset"]["name"]
 
+
+def prepared_dataset():
+    """The prepared dataset's description when it is there and matches the pins, else None."""
+    path = Path(f"resources/{DATASET}/manifest.json")
+    if not path.is_file():
+        return None
+    description = DatasetDescription.read(path)
+    pins = {role: spec["sha256"] for role, spec in config["dataset"]["files"].items()}
+    return description if description.content_sha256 == pins else None
+
+
+# Every check that can run before a job runs here, so bad settings fail in seconds, not after the
+# download: the schema, the semantic rules and, once the data is prepared, the sizes it implies.
 try:
-    check_config(config, CONFIG_SCHEMA)
+    check_config(config, CONFIG_SCHEMA, dataset=prepared_dataset())
 except ConfigError as error:
     raise WorkflowError(str(error)) from None
 validate(config, str(CONFIG_SCHEMA))
 
-DATASET = config["dataset"]["name"]
+# Jobs write the work area; only rule publish writes results/<experiment>/ (gradlanes.layout).
+EXPERIMENT = default_experiment(config)
+WORK = work(EXPERIMENT)
+PUBLISHED = published(EXPERIMENT)
 
 
 def dataset_dir():
@@ -69,7 +88,7 @@ def program_lanes():
 
 
 def program_manifest(program):
-    return f"results/programs/{program}/program.json"
+    return WORK.program_manifest(program)
 
 
 def all_program_manifests():
@@ -96,19 +115,15 @@ def lane_model_key(lane):
 
 
 def init_weights_path(lane):
-    return f"resources/init/{lane_model_key(lane)}/seed-{{seed}}.npz"
-
-
-def run_dir(lane, seed="{seed}"):
-    return f"results/runs/{lane}/seed-{seed}"
+    return WORK.init_weights(lane_model_key(lane))
 
 
 def lane_outputs(lane, seed="{seed}"):
     return {
-        "record": f"{run_dir(lane, seed)}/record.json",
-        "curve": f"{run_dir(lane, seed)}/curve.parquet",
-        "digits": f"{run_dir(lane, seed)}/digits.txt",
-        "model": f"resources/models/{lane}/seed-{seed}.npz",
+        "record": WORK.record(lane, seed),
+        "curve": WORK.curve(lane, seed),
+        "digits": WORK.digits(lane, seed),
+        "model": WORK.model(lane, seed),
     }
 
 
@@ -132,7 +147,8 @@ def agreement_inputs(wildcards):
 
 
 # ---- results ---------------------------------------------------------------------------------
-FIGURES = ["loss_curves", "accuracy_per_epoch", "digits", "cost_accuracy"]
+FIGURES = ["loss_curves", "accuracy_per_epoch", "digits", "cost_accuracy", "paired_differences"]
+SUMMARY_FORMATS = ["parquet", "csv", "md"]
 
 
 def minibatch_lanes():
@@ -141,13 +157,31 @@ def minibatch_lanes():
 
 def figure_inputs(wildcards):
     first_seed = SEEDS[0]
-    files = {"arrays": dataset_arrays(), "summary": "results/summary.parquet"}
+    files = {"arrays": dataset_arrays(), "summary": WORK.summary("parquet")}
     for lane in LANES:
         for seed in SEEDS:
             outputs = lane_outputs(lane, seed)
             files[f"{lane}/{seed}/record"] = outputs["record"]
             files[f"{lane}/{seed}/curve"] = outputs["curve"]
         files[f"{lane}/model"] = lane_outputs(lane, first_seed)["model"]
+    return files
+
+
+def publish_inputs(wildcards):
+    """Every file of the experiment that is published, keyed by its path inside the folder."""
+    files = {}
+    for program in sorted({lane_program_id(lane) for lane in program_lanes()}):
+        files[f"programs/{program}/program.json"] = program_manifest(program)
+    for lane in LANES:
+        for seed in SEEDS:
+            for kind in ("record", "curve", "digits"):
+                path = lane_outputs(lane, seed)[kind]
+                files[path.removeprefix(WORK.root + "/")] = path
+    files["checks/agreement.json"] = WORK.agreement
+    for suffix in SUMMARY_FORMATS:
+        files[f"summary.{suffix}"] = WORK.summary(suffix)
+    for figure in FIGURES:
+        files[f"figures/{figure}.png"] = WORK.figure(figure)
     return files
 
 

@@ -6,7 +6,7 @@ rule init_weights:
     input:
         manifest=dataset_manifest(),
     output:
-        "resources/init/{model_key}/seed-{seed}.npz",
+        WORK.init_weights("{model_key}"),
     log:
         "logs/init_weights/{model_key}/seed-{seed}.log",
     script:

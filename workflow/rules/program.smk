@@ -1,12 +1,12 @@
 # Trace each distinct program once and keep it: jaxpr text, jax.export serialisation, SHA-256
-# fingerprint (results/programs/<program>/). Lanes prove they run it; IREE compiles its bytes.
+# fingerprint (work/<experiment>/programs/<program>/, published with the experiment). Lanes prove they run it; IREE compiles its bytes.
 
 
 rule capture_program:
     input:
         manifest=dataset_manifest(),
     output:
-        manifest="results/programs/{program}/program.json",
+        manifest=WORK.program_manifest("{program}"),
     params:
         capture=capture_settings,
     log:

@@ -8,6 +8,7 @@ import pandas as pd
 
 from gradlanes.joblog import job_logging
 from gradlanes.report import figures
+from gradlanes.report.paired import paired_comparisons, paired_differences
 from gradlanes.run.modelfile import load_model
 
 smk = snakemake  # noqa: F821 - injected by Snakemake
@@ -43,4 +44,8 @@ with job_logging(smk.log[0]) as log:
         pixels, labels, {lane: p[:tested] for lane, p in predictions.items()}, smk.output.digits
     )
     figures.cost_and_accuracy(pd.read_parquet(smk.input.summary), smk.output.cost_accuracy, styles)
-    log.info("drew %d figures for lanes %s", 4, ", ".join(ok))
+    every_seed = [
+        json.loads(Path(smk.input[f"{lane}/{seed}/record"]).read_text()) for lane in lanes for seed in seeds
+    ]
+    paired_differences(paired_comparisons(every_seed, lanes), smk.output.paired_differences, styles)
+    log.info("drew %d figures for lanes %s", 5, ", ".join(ok))

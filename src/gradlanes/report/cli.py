@@ -4,6 +4,9 @@ gradlanes table                          the committed summary as an aligned tab
 gradlanes digits <lane> [--seed S]       a lane's ASCII digits with verdicts
 gradlanes predict <image> --lane L [--seed S]   the ten class probabilities for a drawing
 gradlanes readme                         refresh README.md's results block from the summary
+gradlanes diff [REV_A] [REV_B]           compare the results of two commits (or --folders A B)
+
+Every command reads the config's experiment (results/<experiment>/); `--experiment NAME` another.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import numpy as np
 import yaml
 
 from gradlanes.environment import REPO
+from gradlanes.layout import default_experiment, published, work
+from gradlanes.report.diff import add_diff_parser
 
 
 class CliError(Exception):
@@ -34,6 +39,20 @@ def _config(root: Path) -> dict:
     return yaml.safe_load(path.read_text())
 
 
+def _published_root(args) -> tuple[Path, str]:
+    """The project folder and the experiment a command reads (--experiment, else the config's)."""
+    root = _project(args.project)
+    experiment = args.experiment or default_experiment(_config(root))
+    folder = published(experiment).path(root)
+    if not folder.is_dir():
+        found = sorted(p.parent.name for p in (root / "results").glob("*/published.json"))
+        raise CliError(
+            f"no published experiment {experiment!r} ({folder} not found); published here: "
+            f"{', '.join(found) or 'none'}. Run `snakemake --cores all` to publish it"
+        )
+    return root, experiment
+
+
 def _lane_settings(config: dict, lane: str) -> dict:
     if lane not in config["lanes"]:
         raise CliError(f"no lane {lane!r} in config.yaml; lanes: {', '.join(config['lanes'])}")
@@ -45,19 +64,22 @@ def table(args) -> str:
 
     from gradlanes.report.tables import terminal_table
 
-    root = _project(args.project)
-    path = root / "results" / "summary.parquet"
+    root, experiment = _published_root(args)
+    path = published(experiment).path(root) / "summary.parquet"
     if not path.is_file():
-        raise CliError(f"{path} not found; run `snakemake --cores all results/summary.md` first")
+        raise CliError(f"{path} not found; run `snakemake --cores all` to publish experiment {experiment!r}")
     return terminal_table(pd.read_parquet(path))
 
 
 def digits(args) -> str:
-    root = _project(args.project)
-    _lane_settings(_config(root), args.lane)
-    path = root / "results" / "runs" / args.lane / f"seed-{args.seed}" / "digits.txt"
+    root, experiment = _published_root(args)
+    folder = published(experiment).path(root)
+    lanes = sorted(p.name for p in (folder / "runs").iterdir()) if (folder / "runs").is_dir() else []
+    if args.lane not in lanes:
+        raise CliError(f"no lane {args.lane!r} in {folder}; lanes: {', '.join(lanes) or 'none'}")
+    path = root / published(experiment).digits(args.lane, args.seed)
     if not path.is_file():
-        raise CliError(f"{path} not found; run `snakemake --cores all --until train_{args.lane}` first")
+        raise CliError(f"{path} not found: experiment {experiment!r} has no seed {args.seed} of {args.lane}")
     return path.read_text().rstrip()
 
 
@@ -73,7 +95,8 @@ def predict(args) -> str:
     root = _project(args.project)
     config = _config(root)
     settings = _lane_settings(config, args.lane)
-    model_path = root / "resources" / "models" / args.lane / f"seed-{args.seed}.npz"
+    experiment = args.experiment or default_experiment(config)
+    model_path = root / work(experiment).model(args.lane, args.seed)
     if not model_path.is_file():
         raise CliError(
             f"no trained weights for lane {args.lane!r} seed {args.seed} ({model_path}); "
@@ -115,22 +138,28 @@ def predict(args) -> str:
     return "\n".join(lines)
 
 
-README_START = "<!-- results:start (gradlanes readme writes this block from results/summary.md) -->"
+README_START = "<!-- results:start (gradlanes readme writes this block from the experiment's summary.md) -->"
 README_END = "<!-- results:end -->"
 
 
-def readme_block(root: Path) -> str:
-    summary = root / "results" / "summary.md"
+def readme_block(root: Path, experiment: str) -> str:
+    layout = published(experiment)
+    summary = root / layout.summary("md")
     if not summary.is_file():
         raise CliError(f"{summary} not found; run `snakemake --cores all` first")
     body = summary.read_text().split("\n", 1)[1].strip().replace("\n## ", "\n### ")
-    figure = "![Cost and accuracy per lane](results/figures/cost_accuracy.png)"
-    return f"{README_START}\n{body}\n\n{figure}\n{README_END}"
+    # The summary links files relative to its own folder; the README sits two levels up.
+    body = body.replace("](figures/", f"]({layout.root}/figures/").replace(
+        "](runs/", f"]({layout.root}/runs/"
+    )
+    figure = f"![Cost and accuracy per lane]({layout.figure('cost_accuracy')})"
+    source = f"*Experiment `{experiment}`, from [{layout.summary('md')}]({layout.summary('md')}).*"
+    return f"{README_START}\n{source}\n\n{body}\n\n{figure}\n{README_END}"
 
 
 def readme(args) -> str:
     """Refresh the results block of README.md from the committed summary."""
-    root = _project(args.project)
+    root, experiment = _published_root(args)
     path = root / "README.md"
     text = path.read_text()
     if README_START not in text or README_END not in text:
@@ -139,7 +168,7 @@ def readme(args) -> str:
     tail = rest.split(README_END, 1)[1]
     from gradlanes.atomic import write_text
 
-    write_text(path, head + readme_block(root) + tail)
+    write_text(path, head + readme_block(root, experiment) + tail)
     return f"refreshed the results block of {path}"
 
 
@@ -147,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gradlanes", description=__doc__.split("\n\n")[0])
     parser.add_argument("--project", help="the gradlanes folder (default: here if it holds config.yaml)")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("table", help="print the committed summary table").set_defaults(run=table)
+    shown = commands.add_parser("table", help="print the committed summary table")
+    shown.set_defaults(run=table)
     show = commands.add_parser("digits", help="print a lane's ASCII digits with verdicts")
     show.add_argument("lane")
     show.add_argument("--seed", type=int, default=0)
@@ -157,9 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     guess.add_argument("--lane", required=True)
     guess.add_argument("--seed", type=int, default=0)
     guess.set_defaults(run=predict)
-    commands.add_parser(
-        "readme", help="refresh README.md's results block from results/summary.md"
-    ).set_defaults(run=readme)
+    refresh = commands.add_parser("readme", help="refresh README.md's results block from the summary")
+    refresh.set_defaults(run=readme)
+    for command in (shown, show, guess, refresh):
+        command.add_argument("--experiment", help="results/<NAME>/ (default: the config's experiment)")
+    add_diff_parser(commands)
     args = parser.parse_args(argv)
     try:
         print(args.run(args))

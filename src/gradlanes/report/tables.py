@@ -17,7 +17,7 @@ from gradlanes.report.columns import DASH, number
 INTRO = (
     "One row per lane; each number is over {seeds} seed(s) (mean, with a Student-t "
     "95 % interval across seeds). Accuracy pools every seed's test predictions. Times are this "
-    "machine's, on the day the records were made; see `results/runs/` for each seed's record. "
+    "machine's, on the day the records were made; see `runs/` beside this summary for each seed's record. "
     "The float64-reference error is the worst over seeds, at the initial and the trained weights, "
     "of the lane's loss and gradient against the float64 evaluation of its own captured program, in "
     "float32 units (u = 2^-24 times the quantity's error scale; README: Why these bounds)."
@@ -49,8 +49,9 @@ def lane_table(frame: pd.DataFrame) -> str:
     )
 
 
-def markdown(frame: pd.DataFrame) -> str:
-    """The summary page: the lane table, why lanes did not run, and the published anchors."""
+def markdown(frame: pd.DataFrame, paired: str = "") -> str:
+    """The summary page: the lane table, why lanes did not run, the paired comparisons (`paired`,
+    a Markdown section from `report.paired`) and the published anchors."""
     skipped = [
         f"- `{row.lane}` was **{row.status}**: {row.reason}"
         for row in frame.itertuples()
@@ -65,6 +66,8 @@ def markdown(frame: pd.DataFrame) -> str:
         lane_table(frame),
         "",
         *skipped,
+        "",
+        paired,
         "",
         "## Published anchors (their figures, on their hardware, not ours)",
         "",
