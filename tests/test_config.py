@@ -182,3 +182,14 @@ def test_sizes_that_need_the_data_are_checked_against_a_prepared_dataset():
 )
 def test_experiment_names_are_checked(name, expected):
     assert expected in problems_of(lambda c: c.update(experiment=name))
+
+
+@pytest.mark.parametrize("given, expected", [("true", True), ("True", True), ("no", False), ("ture", "ture")])
+def test_command_line_switches_become_booleans_and_typos_stay_for_the_schema(given, expected):
+    from gradlanes.config import coerce_switches
+
+    config = {"replace_published": given}
+    coerce_switches(config)
+    assert config["replace_published"] == expected
+    if expected == "ture":
+        assert "'replace_published' must be true/false; got 'ture'" in problems_of(lambda c: c.update(config))

@@ -216,6 +216,20 @@ def retired_agreement_errors(config: Mapping) -> list[str]:
     return problems
 
 
+#: Top-level switches users set on the command line, where `--config KEY=true` arrives as a string.
+COMMAND_LINE_SWITCHES = ("replace_published",)
+TRUE_WORDS, FALSE_WORDS = ("true", "yes", "1"), ("false", "no", "0")
+
+
+def coerce_switches(config: dict) -> None:
+    """Turn `--config replace_published=true` (Snakemake passes the string 'true') into a boolean;
+    anything else is left for the schema to name."""
+    for key in COMMAND_LINE_SWITCHES:
+        value = config.get(key)
+        if isinstance(value, str) and value.lower() in TRUE_WORDS + FALSE_WORDS:
+            config[key] = value.lower() in TRUE_WORDS
+
+
 def check_config(config: Mapping, schema_path: str | Path, dataset=None) -> None:
     """Raise `ConfigError` listing every problem in `config`, one line each.
 

@@ -4,7 +4,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from gradlanes.config import ConfigError, check_config
+from gradlanes.config import ConfigError, check_config, coerce_switches
 from gradlanes.data.description import DatasetDescription
 from gradlanes.layout import default_experiment, published, work
 from gradlanes.schemas import CONFIG, schema_path
@@ -25,6 +25,7 @@ def prepared_dataset():
 
 # Every check that can run before a job runs here, so bad settings fail in seconds, not after the
 # download: the schema, the semantic rules and, once the data is prepared, the sizes it implies.
+coerce_switches(config)
 try:
     check_config(config, CONFIG_SCHEMA, dataset=prepared_dataset())
 except ConfigError as error:
