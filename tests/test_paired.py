@@ -11,6 +11,7 @@ import pytest
 import yaml
 from scipy import stats
 
+from gradlanes.layout import default_experiment, published
 from gradlanes.report import paired
 from gradlanes.report.paired import (
     PairedComparison,
@@ -71,13 +72,11 @@ def pair_of(reference_correct, candidate_correct, reference_ms=None, candidate_m
 
 @pytest.fixture(scope="module")
 def committed() -> list[dict]:
-    """The published records: results/<experiment>/runs, or results/runs where none is named."""
-    experiment = CONFIG.get("experiment") or CONFIG["dataset"]["name"]
-    for root in (REPO / "results" / experiment, REPO / "results"):
-        paths = sorted(root.glob("runs/*/seed-*/record.json"))
-        if paths:
-            return load_records(paths)
-    pytest.skip("no committed records under results/")
+    """The published records of the config's experiment (results/<experiment>/runs/)."""
+    folder = REPO / published(default_experiment(CONFIG)).root
+    paths = sorted(folder.glob("runs/*/seed-*/record.json"))
+    assert paths, f"no committed records under {folder}: run `snakemake --cores all` and commit results/"
+    return load_records(paths)
 
 
 # --- grouping -----------------------------------------------------------------------------------
@@ -268,7 +267,8 @@ def test_markdown_section_has_one_row_per_pair(committed):
     assert "same initial weights" in text and "Student-t" in text and "n − 1 degrees of freedom" in text
     rows = [line for line in text.splitlines() if line.startswith("| `")]
     assert len(rows) == len(pairs) >= 4  # full-batch MLP pairs (3 without the GPU lane), one softmax
-    assert "| `host` vs `xla_cpu` | 0, 1, 2 |" in text
+    seeds = ", ".join(str(seed) for seed in CONFIG["seeds"])
+    assert f"| `host` vs `xla_cpu` | {seeds} |" in text
     assert "identical on every seed" in text  # the softmax lanes agree on every prediction count
     assert "No two lanes" in paired_section([])
 
