@@ -108,7 +108,7 @@ def check_replaceable(target: Path, identity: Identity, replace: bool) -> None:
         )
 
 
-def stage(files: Mapping[str, Path], staging: Path, identity: Identity) -> dict:
+def stage(files: Mapping[str, Path], staging: Path, about: Mapping) -> dict:
     """Copy `files` (name inside the experiment folder -> source) into `staging`; return the receipt."""
     shutil.rmtree(staging, ignore_errors=True)
     listed = {}
@@ -117,7 +117,7 @@ def stage(files: Mapping[str, Path], staging: Path, identity: Identity) -> dict:
         destination.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, destination)
         listed[name] = {"sha256": sha256_file(destination), "bytes": destination.stat().st_size}
-    receipt = {"version": RECEIPT_VERSION, "identity": identity.as_dict(), "files": listed}
+    receipt = {"version": RECEIPT_VERSION, **about, "files": listed}
     write_json(staging / PUBLISHED_RECEIPT, receipt)
     return receipt
 
@@ -125,13 +125,21 @@ def stage(files: Mapping[str, Path], staging: Path, identity: Identity) -> dict:
 def publish(files: Mapping[str, Path], target: Path, identity: Identity, replace: bool = False) -> dict:
     """Replace `target` with exactly `files` plus a receipt, in one swap; return the receipt."""
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
     recover_folder(target)  # a publish killed between two renames (non-Linux) left it aside
     files = with_program_files(files)
     check_replaceable(target, identity, replace)
+    return publish_folder(files, target, {"identity": identity.as_dict()})
+
+
+def publish_folder(files: Mapping[str, Path], target: Path, about: Mapping | None = None) -> dict:
+    """Replace folder `target` with exactly `files` plus a receipt (`about` and every file's
+    SHA-256), in one swap; return the receipt. Nothing is checked: callers check first."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    recover_folder(target)
     staging = target.with_name(f".{target.name}.publishing")
     try:
-        receipt = stage(files, staging, identity)
+        receipt = stage(files, staging, about or {})
         replace_folder(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

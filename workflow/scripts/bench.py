@@ -13,7 +13,7 @@ with open(smk.log[0], "w") as log, contextlib.redirect_stderr(log), contextlib.r
             "--arrays",
             smk.input.arrays,
             "--out-dir",
-            str(Path(smk.output.markdown).parent / "bench"),
+            str(Path(smk.output.snakemake).parent),
             "--markdown",
             smk.output.markdown,
             "--reps",
