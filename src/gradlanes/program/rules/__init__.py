@@ -1,0 +1,10 @@
+"""The interpreter's rules, one module per kind of primitive; importing this package registers them.
+
+To add a primitive: one rule in the module of its kind (or a new module imported below), and one
+generated test case in tests/test_interpreter.py.
+"""
+
+from gradlanes.program.rules import elementwise, linalg, shapes  # noqa: F401  (they register)
+from gradlanes.program.rules.registry import RULES, STRUCTURED, PlanMaker, Rule, rule, structured
+
+__all__ = ["RULES", "STRUCTURED", "PlanMaker", "Rule", "rule", "structured"]

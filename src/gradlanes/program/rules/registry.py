@@ -1,0 +1,50 @@
+"""The interpreter's rule tables: one NumPy rule per primitive, and builders for control flow.
+
+A rule takes the equation's operands (NumPy arrays) and its params and returns the result (a list
+of results for primitives with several). A structured builder is for primitives that run nested
+jaxprs with their own control flow (scan, while, cond, ...): it gets the equation and a function
+that turns a nested jaxpr into a runnable plan, once, when the program is planned, and returns the
+rule to run. Modules of this package register into both tables when imported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+Rule = Callable[..., Any]
+RULES: dict[str, Rule] = {}
+
+
+def rule(*names: str):
+    def register(fn: Rule) -> Rule:
+        for name in names:
+            RULES[name] = fn
+        return fn
+
+    return register
+
+
+#: Plans a nested (closed) jaxpr: (jaxpr, consts) -> a function of its inputs returning a list.
+PlanMaker = Callable[[Any, list], Callable[..., list]]
+#: name -> builder(eqn, make_plan) -> (rule, params): control flow that plans its nested jaxprs.
+STRUCTURED: dict[str, Callable[[Any, PlanMaker], tuple[Rule, dict]]] = {}
+
+
+def structured(*names: str):
+    def register(fn):
+        for name in names:
+            STRUCTURED[name] = fn
+        return fn
+
+    return register
+
+
+def unary(name: str, fn: Callable[[np.ndarray], np.ndarray]) -> None:
+    RULES[name] = lambda x, **_: fn(x)
+
+
+def binary(name: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> None:
+    RULES[name] = lambda x, y, **_: fn(x, y)
