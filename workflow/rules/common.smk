@@ -177,7 +177,7 @@ def publish_inputs(wildcards):
         for seed in SEEDS:
             for kind in ("record", "curve", "digits"):
                 path = lane_outputs(lane, seed)[kind]
-                files[path.removeprefix(WORK.root + "/")] = path
+                files[path.removeprefix(f"{WORK.root}/")] = path
     files["checks/agreement.json"] = WORK.agreement
     for suffix in SUMMARY_FORMATS:
         files[f"summary.{suffix}"] = WORK.summary(suffix)
