@@ -15,7 +15,6 @@ rule publish:
     params:
         experiment=EXPERIMENT,
         target=PUBLISHED.root,
-        work=WORK.root,
         lanes=LANES,
         seeds=SEEDS,
         replace=config["replace_published"],
