@@ -20,6 +20,13 @@ include: "workflow/rules/bench.smk"
 report: "workflow/report/workflow.rst"
 
 
+# Copies and the target rule run where snakemake runs, not as cluster jobs.
+localrules:
+    all,
+    publish,
+    bench,
+
+
 rule all:
     input:
         WORK.receipt,

@@ -137,7 +137,7 @@ def test_curves_and_digits(subset_run):
     assert curve.loc[curve["kind"] == "test", "step"].tolist() == [0, 20, 40]
     digits = (workdir / PUBLISHED.digits("host", 0)).read_text()
     assert len(re.findall(r"predicted \d, label \d", digits)) == 6
-    log = (workdir / "logs/train/host/seed-0.log").read_text()
+    log = (workdir / "logs/mnist/train/host/seed-0.log").read_text()
     assert 8 <= len(re.findall(r"^\S+ \S+ INFO gradlanes.run.train: +\d+ +\d\.\d+ ", log, re.M)) <= 20
 
 
@@ -204,12 +204,20 @@ def test_a_diverged_lane_and_bad_settings_leave_published_results_byte_identical
     process = run_snakemake(workdir, configfile=SUBSET, overrides=oversized)
     assert process.returncode != 0 and "lane 'mlp_stream' on dataset 'mnist'" in output_of(process)
     assert tree_digest(workdir / "results") == published
+    # Another set of seeds under the default name would end by publishing over results/mnist:
+    # refused while the DAG is parsed, with both ways out named.
+    process = run_snakemake(workdir, configfile=SUBSET, overrides={**mirror, "seeds": [0, 1]})
+    assert process.returncode != 0 and "Finished job" not in output_of(process)
+    assert "results/mnist holds another experiment than this run (seeds: published [0], this run [0, 1])" in (
+        output_of(process)
+    )
+    assert tree_digest(workdir / "results") == published
 
 
 def test_a_killed_run_leaves_results_clean_and_resumes_as_the_readme_says(subset_copy):
     workdir, mirror = subset_copy
     published = tree_digest(workdir / "results")
-    started = workdir / "logs/train/host/seed-0.log"
+    started = workdir / "logs/mnist/train/host/seed-0.log"
     started.unlink()
     process = start_snakemake(workdir, "--forcerun", "train_host", configfile=SUBSET, overrides=mirror)
     deadline = time.monotonic() + 300

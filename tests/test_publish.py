@@ -133,7 +133,13 @@ def test_a_failure_while_copying_leaves_the_published_folder_intact(work_files, 
 
 @pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "two-renames"])
 def test_replace_folder_swaps_whole_folders(tmp_path, monkeypatch, exchange):
-    if not exchange:
+    swapped = []
+    real = atomic._renameat2_exchange
+    if exchange:
+        monkeypatch.setattr(
+            atomic, "_renameat2_exchange", lambda a, b: swapped.append(real(a, b)) or swapped[-1]
+        )
+    else:
         monkeypatch.setattr(atomic, "_renameat2_exchange", lambda a, b: False)
     target, staged = tmp_path / "target", tmp_path / "staged"
     for folder, text in ((target, "old"), (staged, "new")):
@@ -143,6 +149,7 @@ def test_replace_folder_swaps_whole_folders(tmp_path, monkeypatch, exchange):
     atomic.replace_folder(staged, target)
     assert tree(target) == {"file": b"new"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["target"]
+    assert swapped == ([True] if exchange else [])  # Linux here: the atomic exchange really ran
 
 
 def test_a_swap_killed_between_renames_is_recovered(tmp_path):
@@ -176,8 +183,15 @@ def test_what_a_killed_publish_leaves_is_ignored_by_git():
 
 @pytest.mark.parametrize(
     "name, message",
-    [("bench", "holds machine-wide files"), ("checks", "holds machine-wide files"), ("My Run", "lower-case")],
-)
+    [("bench", "holds machine-wide files"), ("checks", "holds machine-wide files"), ("My Run", "lower-case"),
+     ("bench.md", "lower-case")],  # a name with a dot could be a published file's
+)  # fmt: skip
 def test_experiment_names_that_would_collide_or_break_paths_are_refused(name, message):
     assert message in " ".join(name_errors(name))
     assert name_errors("mnist") == [] and name_errors("fashion_mnist-2") == []
+
+
+def test_reordered_lanes_and_seeds_are_the_same_experiment(work_files, tmp_path):
+    target = tmp_path / "results" / "mnist"
+    publish(work_files, target, identity())
+    publish(work_files, target, identity(lanes=("b", "a"), seeds=(1, 0)))  # not refused

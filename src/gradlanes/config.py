@@ -126,6 +126,8 @@ def known_steps(lane: Mapping) -> int | None:
     """The lane's step count when the config alone fixes it (no dataset needed), else None."""
     if "steps" in lane:
         return int(lane["steps"])
+    if "epochs" in lane and lane.get("batch_size") == "full":  # one step per epoch
+        return int(lane["epochs"])
     batch, train = lane.get("batch_size"), lane.get("train_images", "all")
     if "epochs" in lane and isinstance(batch, int) and isinstance(train, int) and batch <= train:
         return int(lane["epochs"]) * (train // batch)
@@ -218,7 +220,7 @@ def retired_agreement_errors(config: Mapping) -> list[str]:
 
 #: Top-level switches users set on the command line, where `--config KEY=true` arrives as a string.
 COMMAND_LINE_SWITCHES = ("replace_published",)
-TRUE_WORDS, FALSE_WORDS = ("true", "yes", "1"), ("false", "no", "0")
+TRUE_WORDS, FALSE_WORDS = ("true", "yes"), ("false", "no")
 
 
 def coerce_switches(config: dict) -> None:
@@ -228,6 +230,8 @@ def coerce_switches(config: dict) -> None:
         value = config.get(key)
         if isinstance(value, str) and value.lower() in TRUE_WORDS + FALSE_WORDS:
             config[key] = value.lower() in TRUE_WORDS
+    if isinstance(config.get("experiment"), int):  # --config experiment=2024 arrives as a number
+        config["experiment"] = str(config["experiment"])
 
 
 def check_config(config: Mapping, schema_path: str | Path, dataset=None) -> None:

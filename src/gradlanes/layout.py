@@ -30,7 +30,7 @@ RESULTS = "results"
 WORK = "work"
 #: Names under results/ that belong to the machine, not to an experiment.
 RESERVED_NAMES = frozenset({"bench", "checks", "programs", "runs", "figures"})
-NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 PUBLISHED_RECEIPT = "published.json"
 
 
@@ -102,7 +102,7 @@ def published(experiment: str) -> ExperimentLayout:
 
 def name_errors(name: str) -> list[str]:
     if not NAME_PATTERN.match(name):
-        return [f"'experiment' is {name!r}; use lower-case letters, digits, '_', '-' or '.'"]
+        return [f"'experiment' is {name!r}; use lower-case letters, digits, '_' or '-'"]
     if name in RESERVED_NAMES:
         return [f"'experiment' may not be {name!r}: results/{name} holds machine-wide files"]
     return []

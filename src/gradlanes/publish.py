@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -77,13 +78,18 @@ def with_program_files(files: Mapping[str, Path]) -> dict[str, Path]:
 
 
 def conflicts(published: Mapping, identity: Identity) -> list[str]:
-    """How the experiment published in a folder differs from the run about to replace it."""
+    """How the experiment published in a folder differs from the run about to replace it.
+
+    Lanes and seeds compare as sets: reordering the config is the same experiment. A lane whose
+    settings changed is the same experiment, rerun (its records say what it ran).
+    """
     mine = identity.as_dict()
     problems = []
     for key, what in (("dataset", "dataset"), ("dataset_sha256", "dataset content"),
                       ("lanes", "lanes"), ("seeds", "seeds")):  # fmt: skip
         theirs = published.get("identity", {}).get(key)
-        if theirs != mine[key]:
+        same = sorted(theirs or []) == sorted(mine[key]) if key in ("lanes", "seeds") else theirs == mine[key]
+        if not same:
             problems.append(f"{what}: published {theirs!r}, this run {mine[key]!r}")
     return problems
 
@@ -116,6 +122,8 @@ def stage(files: Mapping[str, Path], staging: Path, about: Mapping) -> dict:
         destination = staging / name
         destination.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, destination)
+        with open(destination, "rb") as handle:  # on disk before the swap makes it the published copy
+            os.fsync(handle.fileno())
         listed[name] = {"sha256": sha256_file(destination), "bytes": destination.stat().st_size}
     receipt = {"version": RECEIPT_VERSION, **about, "files": listed}
     write_json(staging / PUBLISHED_RECEIPT, receipt)

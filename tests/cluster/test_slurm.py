@@ -93,7 +93,7 @@ def test_a_failing_lane_fails_the_dag_with_its_log(cluster_run):
     text = process.stdout + process.stderr
     assert process.returncode != 0
     assert "Error in rule train_host" in text
-    assert "logs/train/host/seed-0.log" in text
+    assert "logs/mnist/train/host/seed-0.log" in text
     assert re.search(r"SLURM-job '\d+' failed, SLURM status is: '(FAILED|COMPLETED)'|SLURM status", text), (
         text
     )

@@ -169,7 +169,7 @@ def main() -> int:
                 / (args.name or "default")
                 / (cell.name if run == "mnist" else f"{run}-{cell.name}")
             )
-            if not (args.reuse and agreement_report(folder) is not None):
+            if not (args.reuse and agreement_report(folder, "calibration") is not None):
                 folder.mkdir(parents=True, exist_ok=True)
                 wide = folder / "calibration.yaml"
                 wide.write_text(yaml.safe_dump(wide_open(config, seeds, None if overlay else args.mirror)))
@@ -184,7 +184,7 @@ def main() -> int:
                 if rc:
                     print(f"{run} {cell.name}: the run failed (rc {rc}); see {folder / 'calibrate.log'}")
                     return 1
-            report = agreement_report(folder)
+            report = agreement_report(folder, "calibration")
             if report is None:
                 print(f"{run} {cell.name}: no agreement report in {folder}")
                 return 1

@@ -55,12 +55,12 @@ def run(cell: Cell, argv: list[str], cwd: Path, log: Path, timeout: float = 900)
     return process.returncode
 
 
-def agreement_report(workdir: Path) -> dict | None:
+def agreement_report(workdir: Path, experiment: str = "mnist") -> dict | None:
     """The report the agreement rule wrote, or the one it logged before failing."""
-    path = workdir / SUBSET_WORK.agreement
+    path = workdir / work(experiment).agreement
     if path.is_file():
         return json.loads(path.read_text())
-    log = workdir / "logs/agreement.log"
+    log = workdir / "logs" / experiment / "agreement.log"
     if log.is_file():
         text = log.read_text()
         if "agreement report:\n" in text:

@@ -12,6 +12,6 @@ rule agreement:
         lanes={lane: config["lanes"][lane] for lane in agreement_lanes()},
         seeds=SEEDS,
     log:
-        "logs/agreement.log",
+        log_path("agreement.log"),
     script:
         "../scripts/agreement.py"

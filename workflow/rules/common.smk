@@ -4,38 +4,62 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+from gradlanes.atomic import recover_folder
 from gradlanes.config import ConfigError, check_config, coerce_switches
 from gradlanes.data.description import DatasetDescription
 from gradlanes.layout import default_experiment, published, work
+from gradlanes.publish import Identity, PublishRefused, check_replaceable
 from gradlanes.schemas import CONFIG, schema_path
 
 CONFIG_SCHEMA = schema_path(CONFIG)
-DATASET = config["dataset"]["name"]
+
+
+def pinned_content():
+    return {role: spec["sha256"] for role, spec in config["dataset"]["files"].items()}
 
 
 def prepared_dataset():
     """The prepared dataset's description when it is there and matches the pins, else None."""
-    path = Path(f"resources/{DATASET}/manifest.json")
+    path = Path(f"resources/{config['dataset']['name']}/manifest.json")
     if not path.is_file():
         return None
     description = DatasetDescription.read(path)
-    pins = {role: spec["sha256"] for role, spec in config["dataset"]["files"].items()}
-    return description if description.content_sha256 == pins else None
+    return description if description.content_sha256 == pinned_content() else None
 
 
 # Every check that can run before a job runs here, so bad settings fail in seconds, not after the
 # download: the schema, the semantic rules and, once the data is prepared, the sizes it implies.
 coerce_switches(config)
 try:
-    check_config(config, CONFIG_SCHEMA, dataset=prepared_dataset())
+    check_config(config, CONFIG_SCHEMA)
+    if (prepared := prepared_dataset()) is not None:
+        check_config(config, CONFIG_SCHEMA, dataset=prepared)
 except ConfigError as error:
     raise WorkflowError(str(error)) from None
 validate(config, str(CONFIG_SCHEMA))
+
+DATASET = config["dataset"]["name"]
+LANES = list(config["lanes"])
+SEEDS = [int(seed) for seed in config["seeds"]]
 
 # Jobs write the work area; only rule publish writes results/<experiment>/ (gradlanes.layout).
 EXPERIMENT = default_experiment(config)
 WORK = work(EXPERIMENT)
 PUBLISHED = published(EXPERIMENT)
+IDENTITY = Identity(EXPERIMENT, DATASET, pinned_content(), tuple(LANES), tuple(SEEDS))
+
+# Before any job: put back a published folder a killed publish left aside, and refuse at once a
+# run that would end by publishing over another experiment (publish checks again at the end).
+recover_folder(PUBLISHED.root)
+try:
+    check_replaceable(Path(PUBLISHED.root), IDENTITY, config["replace_published"])
+except PublishRefused as refused:
+    raise WorkflowError(str(refused)) from None
+
+
+def log_path(*parts):
+    """Logs of this experiment's jobs, apart from another experiment's with the same lane names."""
+    return "/".join(("logs", EXPERIMENT, *parts))
 
 
 def dataset_dir():
@@ -61,10 +85,6 @@ def dataset_manifest():
 # ---- programs and lanes ----------------------------------------------------------------------
 from gradlanes.engines.registry import get_engine
 from gradlanes.experiment.naming import model_key, program_id
-
-LANES = list(config["lanes"])
-SEEDS = [int(seed) for seed in config["seeds"]]
-
 
 wildcard_constraints:
     seed=r"\d+",

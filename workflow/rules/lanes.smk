@@ -8,7 +8,7 @@ rule init_weights:
     output:
         WORK.init_weights("{model_key}"),
     log:
-        "logs/init_weights/{model_key}/seed-{seed}.log",
+        log_path("init_weights/{model_key}/seed-{seed}.log"),
     script:
         "../scripts/init_weights.py"
 
@@ -28,12 +28,12 @@ for lane in LANES:
         params:
             lane=lane,
             settings=config["lanes"][lane],
-            failure=f"logs/train/{lane}/seed-{{seed}}.failed.json",
+            failure=log_path(f"train/{lane}/seed-{{seed}}.failed.json"),
         log:
-            f"logs/train/{lane}/seed-{{seed}}.log",
+            log_path(f"train/{lane}/seed-{{seed}}.log"),
         # Max RSS and wall time per job: what the cluster profile's resources are sized from.
         benchmark:
-            f"logs/benchmarks/train/{lane}/seed-{{seed}}.tsv"
+            log_path(f"benchmarks/train/{lane}/seed-{{seed}}.tsv")
         # Each lane gets the whole machine, so lanes never share cores while they are timed.
         threads: lane_threads()
         # A GPU lane asks for one GPU (the SLURM executor turns it into --gpus=1); others for none.

@@ -10,6 +10,6 @@ rule capture_program:
     params:
         capture=capture_settings,
     log:
-        "logs/capture_program/{program}.log",
+        log_path("capture_program/{program}.log"),
     script:
         "../scripts/capture_program.py"

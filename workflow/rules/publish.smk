@@ -19,6 +19,6 @@ rule publish:
         seeds=SEEDS,
         replace=config["replace_published"],
     log:
-        f"logs/publish/{EXPERIMENT}.log",
+        log_path("publish.log"),
     script:
         "../scripts/publish.py"

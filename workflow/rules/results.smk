@@ -12,7 +12,7 @@ rule summarize:
     params:
         lanes=LANES,
     log:
-        "logs/summarize.log",
+        log_path("summarize.log"),
     script:
         "../scripts/summarize.py"
 
@@ -30,6 +30,6 @@ rule figures:
         seeds=SEEDS,
         minibatch=minibatch_lanes(),
     log:
-        "logs/figures.log",
+        log_path("figures.log"),
     script:
         "../scripts/figures.py"

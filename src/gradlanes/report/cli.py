@@ -19,8 +19,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from gradlanes.atomic import recover_folder
 from gradlanes.environment import REPO
-from gradlanes.layout import default_experiment, published, work
+from gradlanes.layout import default_experiment, name_errors, published, work
 from gradlanes.report.diff import add_diff_parser
 
 
@@ -43,7 +44,10 @@ def _published_root(args) -> tuple[Path, str]:
     """The project folder and the experiment a command reads (--experiment, else the config's)."""
     root = _project(args.project)
     experiment = args.experiment or default_experiment(_config(root))
+    if problems := name_errors(experiment):
+        raise CliError("; ".join(problems).replace("'experiment'", "--experiment"))
     folder = published(experiment).path(root)
+    recover_folder(folder)  # a publish killed between its two renames (no renameat2) left it aside
     if not folder.is_dir():
         found = sorted(p.parent.name for p in (root / "results").glob("*/published.json"))
         raise CliError(
