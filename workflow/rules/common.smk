@@ -59,7 +59,7 @@ except PublishRefused as refused:
 
 def log_path(*parts):
     """Logs of this experiment's jobs, apart from another experiment's with the same lane names."""
-    return "/".join(("logs", EXPERIMENT, *parts))
+    return Path("logs", EXPERIMENT, *parts).as_posix()
 
 
 def dataset_dir():
