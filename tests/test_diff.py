@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 from fractions import Fraction
@@ -32,6 +33,8 @@ def fake_record(
     compiles: tuple[int, int] = (1, 3),
     status: str = "ok",
     cpu: str = "AMD EPYC",
+    dataset: str = "mnist",
+    **environment: object,
 ) -> dict:
     """A record with the fields `diff` reads; a lane that did not run measured nothing."""
     ran = status == "ok"
@@ -40,6 +43,7 @@ def fake_record(
         "engine": "xla",
         "status": status,
         "config": {"model": "mlp", "hidden": 128, "seed": seed, "steps": 600},
+        "dataset": {"name": dataset},
         "program": None if fingerprint is None else {"id": "mlp128", "fingerprint": fingerprint},
         "compiles": {"train": compiles[0], "total": compiles[1]} if ran else {"train": None, "total": None},
         "timing": {"step_ms_median": step_ms if ran else None},
@@ -48,7 +52,16 @@ def fake_record(
             "total": 10000 if ran else None,
             "percent": round(100 * correct / 10000, 4) if ran else None,
         },
-        "environment": {"python": "3.11.7", "jax": "0.10.2", "cpu": cpu, "cores": 2, "git_commit": "c0ffee"},
+        "environment": {
+            "python": "3.11.7",
+            "jax": "0.10.2",
+            "cpu": cpu,
+            "cores": 2,
+            "node": "vm",
+            "git_commit": "c0ffee",
+            "git_dirty": False,
+        }
+        | environment,
     }
 
 
@@ -135,6 +148,11 @@ def table_rows(text: str) -> dict[str, str]:
     return {line.split()[0]: line for line in lines[2:]}
 
 
+def cells(line: str) -> list[str]:
+    """A table line's cells: columns are two spaces or more apart, and a cell may hold one."""
+    return re.split(r" {2,}", line.strip())
+
+
 def committed_runs() -> Path:
     """The folder holding the real committed `runs/`: the experiment's folder, or results/ before it."""
     for folder in (REPO / "results" / "mnist", REPO / "results"):
@@ -172,6 +190,7 @@ def test_only_changed_keeps_the_changed_lane_and_columns(two_commits):
     assert [cell.strip() for cell in header if cell.strip()] == [
         "lane",
         "changed",
+        "seeds",  # the count the accuracy delta is over goes with it
         "acc % A",
         "acc % B",
         "Δ points",
@@ -207,6 +226,49 @@ def test_commits_before_the_experiment_folders(project):
     xla_cpu = document["lanes"]["xla_cpu"]
     assert xla_cpu["changed"] == ["accuracy", "step_ms"]
     assert xla_cpu["accuracy_percent"]["delta"] == 0.5 and xla_cpu["step_ms"]["ratio"] == 1.5
+
+
+def test_an_old_commit_holds_no_other_experiment(project):
+    """The old results/runs/ held the dataset-named experiment only: not fashion_mnist's records."""
+    write_records(project / "results", lanes())  # MNIST's records, in the old place
+    commit_all(project, "old layout")
+    (project / "results" / "mnist").mkdir()
+    git(project, "mv", "results/runs", "results/mnist/runs")
+    fashion = {
+        lane: [fake_record(lane, seed, correct=8800, dataset="fashion_mnist") for seed in (0, 1)]
+        for lane in LANES
+    }
+    write_records(project / "results" / "fashion_mnist", fashion)
+    commit_all(project, "experiment folders, and a fashion_mnist experiment")
+
+    with pytest.raises(
+        DiffError,
+        match=r"holds no records of experiment 'fashion_mnist': looked for results/fashion_mnist/runs/.*"
+        r"and results/runs/.* \(the layout before the experiment folders, .*6 records are of dataset "
+        r"mnist, not 'fashion_mnist'; pass --experiment mnist to compare them\)",
+    ):
+        run_diff(project, "HEAD~1", "HEAD", "--experiment", "fashion_mnist")
+    # The experiment the old layout did hold still compares, old commit against new.
+    document = diff_json(project, "HEAD~1", "HEAD", "--experiment", "mnist")
+    assert document["lanes"] and not any(row["changed"] for row in document["lanes"].values())
+
+
+def test_an_old_results_folder_holds_no_other_experiment(tmp_path):
+    old, new = tmp_path / "old-results", tmp_path / "new-results"
+    write_records(old, lanes())  # a results folder from before the experiment folders: runs/
+    fashion = {lane: [fake_record(lane, 0, dataset="fashion_mnist")] for lane in LANES}
+    write_records(new / "fashion_mnist", fashion)
+    with pytest.raises(
+        DiffError, match=r"in .*old-results: .*records are of dataset mnist, not 'fashion_mnist'"
+    ):
+        run_diff(None, "--folders", str(old), str(new), "--experiment", "fashion_mnist")
+    # An experiment's own folder holds its records whatever their dataset is called: one named
+    # after the experiment, or one that `publish` wrote (its receipt), under any name.
+    wide = tmp_path / "wide"
+    write_records(wide, lanes())
+    assert diff_json(None, "--folders", str(wide), str(wide), "--experiment", "wide")["lanes"]
+    (old / "published.json").write_text("{}")
+    assert diff_json(None, "--folders", str(old), str(wide), "--experiment", "wide")["lanes"]
 
 
 def test_a_lane_added_and_a_lane_removed(project):
@@ -331,6 +393,74 @@ def test_a_lane_that_starts_running_changes_status_and_measurements():
     (row,) = compare(a, b)
     assert row.changed == ("status", "accuracy", "step_ms", "compiles")
     assert "1 skipped → 1 ok" in to_text_of(row)
+
+
+def test_deltas_are_over_the_seeds_both_sides_completed():
+    """3 seeds against 5: B's two extra seeds would move its mean; only the three both have count."""
+    a = {("x", seed): fake_record("x", seed, correct=9300 + seed) for seed in range(3)}
+    b = {("x", seed): fake_record("x", seed, correct=9300 + seed) for seed in range(3)}
+    b |= {("x", seed): fake_record("x", seed, correct=9500, step_ms=30.0) for seed in (3, 4)}
+    (row,) = compare(a, b)
+    assert row.seeds_compared == (0, 1, 2) and (row.seeds_a, row.seeds_b) == ((0, 1, 2), tuple(range(5)))
+    assert row.accuracy_delta == 0 and row.accuracy_a == row.accuracy_b == pytest.approx(93.01)
+    assert row.step_ratio == 1.0 and row.step_ms_b == 12.0
+    assert row.changed == ("seeds",)
+    text = to_text_of(row)
+    assert cells(table_rows(text)["x"])[1:4] == ["seeds", "3 ok → 5 ok", "3 of 3/5"]
+    assert "  3 → 5 (0, 1, 2 → 0, 1, 2, 3, 4)  (every lane)" in text.splitlines()
+    assert "over those shared seeds" in " ".join(text.split())
+
+
+def test_a_seed_that_failed_on_one_side_leaves_the_comparison():
+    a = {("x", 0): fake_record("x", 0), ("x", 1): fake_record("x", 1, correct=9000, step_ms=40.0)}
+    b = {("x", 0): fake_record("x", 0), ("x", 1): fake_record("x", 1, status="failed")}
+    (row,) = compare(a, b)
+    # Same seeds, another status on one of them; seed 0 alone is compared, and it did not move.
+    assert row.changed == ("status",) and row.seeds_compared == (0,)
+    assert (row.accuracy_delta, row.step_ratio) == (0, 1.0)
+    assert cells(table_rows(to_text_of(row))["x"])[1:4] == ["status", "2 ok → 1 failed, 1 ok", "1 of 2/1"]
+
+
+def test_provenance_alone_changes_no_lane(tmp_path):
+    """Another commit, another host, a dirty tree: every record says so, and no lane changed."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_records(a, lanes())
+    moved = {
+        lane: [
+            {**r, "environment": {**r["environment"], "git_commit": "beef", "git_dirty": True}} for r in rs
+        ]
+        for lane, rs in lanes().items()
+    }
+    write_records(b, moved)
+    argv = ("--folders", str(a), str(b), "--experiment", "mnist")
+    document = diff_json(None, *argv)
+    for row in document["lanes"].values():
+        assert row["changed"] == [] and row["environment"] == {}
+        assert row["provenance"] == {
+            "git_commit": {"a": ["c0ffee"], "b": ["beef"]},
+            "git_dirty": {"a": ["false"], "b": ["true"]},
+        }
+    assert diff_json(None, *argv, "--only-changed")["lanes"] == {}
+    text = run_diff(None, *argv, "--only-changed")
+    assert "no lane differs (ms/step within ±5 %)" in text
+    # Still shown, once for all lanes.
+    assert "  git_commit: c0ffee → beef  (every lane)" in text.splitlines()
+    assert "  git_dirty: false → true  (every lane)" in text.splitlines()
+    full = run_diff(None, *argv)
+    assert all(row.split()[1] == "same" and row.split()[-1] == "same" for row in table_rows(full).values())
+    assert "  git_commit: c0ffee → beef  (every lane)" in full.splitlines()
+
+
+def test_another_cpu_changes_every_lane_beside_its_provenance():
+    a = {("x", 0): fake_record("x", 0)}
+    b = {("x", 0): fake_record("x", 0, cpu="Intel Xeon", git_commit="beef", node="ci-7")}
+    (row,) = compare(a, b)
+    assert row.changed == ("environment",)
+    assert [change.key for change in row.environment] == ["cpu"]
+    assert [change.key for change in row.provenance] == ["git_commit", "node"]
+    text = to_text_of(row)
+    assert table_rows(text)["x"].split()[-1] == "cpu"
+    assert "  node: vm → ci-7  (every lane)" in text.splitlines()
 
 
 def to_text_of(row) -> str:

@@ -237,6 +237,25 @@ def test_verdict_for_identical_accuracy_on_every_seed():
     assert pair.accuracy_differences == (0.0, 0.0, 0.0)
 
 
+def test_verdict_for_the_same_accuracy_difference_on_every_seed():
+    # Each seed one-tenth of a point apart (10 images of 10000) at different accuracies: in floats
+    # 93.10 − 93.00 and 93.81 − 93.71 differ in the last bits, which must not hide the zero spread.
+    higher = pair_of([9300, 9250, 9371], [9310, 9260, 9381])
+    assert len(set(higher.accuracy_differences)) == 1
+    assert higher.accuracy_verdict == "cand is higher than ref by 0.10 points on every seed (no spread)"
+    lower = pair_of([9310, 9260, 9381], [9300, 9250, 9371])
+    assert lower.accuracy_verdict == "cand is lower than ref by 0.10 points on every seed (no spread)"
+    assert "…" not in higher.accuracy_verdict + lower.accuracy_verdict
+
+
+def test_speed_verdict_for_the_same_ratio_on_every_seed():
+    slower = pair_of([9300] * 3, [9300] * 3, [10.0, 20.0, 40.0], [12.0, 24.0, 48.0])
+    assert slower.speed_verdict == "cand is 1.20× slower than ref on every seed (no spread)"
+    faster = pair_of([9300] * 3, [9300] * 3, [12.0, 24.0, 48.0], [10.0, 20.0, 40.0])
+    assert faster.speed_verdict == "cand is 1.20× faster than ref on every seed (no spread)"
+    assert pair_of([9300] * 2, [9300] * 2).speed_verdict == "equal ms/step on every seed"
+
+
 def test_speed_verdicts():
     slower = pair_of([9300] * 3, [9300] * 3, [10.0, 10.0, 10.0], [10.5, 10.4, 10.6])
     assert slower.speed_verdict.startswith("cand is 1.05× slower than ref (1.0")
@@ -271,6 +290,15 @@ def test_markdown_section_has_one_row_per_pair(committed):
     assert f"| `host` vs `xla_cpu` | {seeds} |" in text
     assert "identical on every seed" in text  # the softmax lanes agree on every prediction count
     assert "No two lanes" in paired_section([])
+
+
+def test_explanation_says_what_pairing_does_for_each_column():
+    text = " ".join(paired_section([]).split())
+    # Pairing cancels the seed's randomness, which accuracy has and step time has not.
+    assert "removes the seed-to-seed variation of accuracy" in text
+    assert "removes the seed-to-seed variation that" not in text
+    assert "back to back on the same machine" in text
+    assert "95 % interval on its own" in text and "no correction for making several comparisons" in text
 
 
 # --- figure -------------------------------------------------------------------------------------

@@ -14,20 +14,32 @@ DVC's `metrics diff` and `exp show --only-changed` do for theirs:
 Where the records are (`gradlanes.layout`): `results/<experiment>/runs/<lane>/seed-<n>/record.json`.
 Commits before the experiment folders hold them at `results/runs/<lane>/seed-<n>/record.json`; every
 source looks there when the experiment's folder holds no record, so old commits compare with new ones.
+That layout only ever held one experiment, the default one named after its dataset, so from there
+only the records whose `dataset.name` is the experiment's name count: `--experiment fashion_mnist`
+against an old commit finds no records, rather than MNIST's labelled fashion_mnist.
 
-Per lane and source, over the seeds whose status is "ok": the mean accuracy (exact: each seed's is
-correct / total), the median of the seeds' median ms/step, and the distinct compile counts. Over all
-of the lane's seeds (a skipped lane still names its program and ran on some machine): the status
-counts, the distinct program fingerprints, and per environment / config key the distinct values.
+Per lane, A against B over the seeds whose status is "ok" on both sides, paired by seed as
+`gradlanes.report.paired` pairs lanes: each side's mean accuracy (exact: each seed's is correct /
+total) and their difference, each side's median of the seeds' median ms/step and their ratio. Over
+whatever seeds each side has, a default that went from 3 seeds to 5 would compare means over other
+seeds, and the difference would carry the seeds' spread (tenths of a point) rather than the change.
+The `seeds` column gives the count compared, "3 of 3/5" where A had 3 ok seeds and B 5. A lane in
+one source only, or sharing no ok seed, shows each side's own ok seeds and no difference. Over each
+side's ok seeds: the distinct compile counts. Over all of the lane's seeds (a skipped lane still
+names its program and ran on some machine): the status counts, the distinct program fingerprints,
+and per environment / config key the distinct values.
 
 What counts as changed (`--only-changed` keeps those lanes, and the columns where any kept lane
-changed): accuracy when the means differ at all; ms/step when B/A differs from 1 by more than
-`--time-tolerance` (default 5 %: the seeds of one run on one machine spread by a few per cent);
-status counts, compile counts, fingerprints, config and environment values when they are not equal.
-Every environment key counts, `git_commit`, `git_dirty` and `node` included: records made from
-another commit or on another machine are a difference worth seeing, and the table names the keys,
-so a reader sees at a glance when it is only the commit. A lane in one source only is "added" (only
-in B) or "removed" (only in A), and counts as changed in every column.
+changed): seeds when the sides hold other seeds, whatever their status; status when a seed that both
+hold has another status; accuracy when the means differ at all; ms/step when B/A differs from 1 by
+more than `--time-tolerance` (default 5 %: the seeds of one run on one machine spread by a few per
+cent); compile counts, fingerprints, config and environment values when they are not equal.
+`git_commit`, `git_dirty` and `node` are provenance, not environment: records of two commits always
+differ in the commit, so counting it would mark every lane changed and leave `--only-changed`
+nothing to drop. They are shown in a provenance line under the table ("git_commit: a → b (every
+lane)") and change nothing; the other environment keys (python, jax, jaxlib, numpy, cpu, cores,
+platform) are what a result can depend on, and count. A lane in one source only is "added" (only in
+B) or "removed" (only in A), and counts as changed in every column.
 """
 
 from __future__ import annotations
@@ -38,28 +50,32 @@ import re
 import statistics
 import subprocess
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from gradlanes.layout import RESULTS, default_experiment, name_errors, published
+from gradlanes.layout import PUBLISHED_RECEIPT, RESULTS, default_experiment, name_errors, published
 
 DEFAULT_TIME_TOLERANCE = 0.05
 FINGERPRINT_CHARS = 12
 DASH = "—"
 ARROW = "→"
 #: What a lane can differ in, in the order the table shows them.
-ASPECTS = ("status", "accuracy", "step_ms", "compiles", "fingerprint", "config", "environment")
+ASPECTS = ("status", "seeds", "accuracy", "step_ms", "compiles", "fingerprint", "config", "environment")
 #: Config keys that differ between the seeds of one lane by design.
 PER_SEED_CONFIG = frozenset({"seed"})
+#: Environment keys that say where a record was made, not what it was made with: shown, never "changed".
+PROVENANCE = frozenset({"git_commit", "git_dirty", "node"})
 RECORD_SHAPE = "runs/<lane>/seed-<n>/record.json"
 
 #: (lane, seed) -> the record as JSON.
 Records = dict[tuple[str, int], dict]
 
 _RUN_RECORD = re.compile(r"^runs/([^/]+)/seed-(\d+)/record\.json$")
+
+T = TypeVar("T")
 
 
 class DiffError(ValueError):
@@ -91,13 +107,33 @@ def _records_under(paths: Iterable[str], prefix: str) -> dict[tuple[str, int], s
     return found
 
 
-def _first_found(paths: Sequence[str], prefixes: Sequence[str]) -> dict[tuple[str, int], str]:
-    """The records under the first prefix that has any: the experiment's folder, then the old place."""
-    for prefix in prefixes:
-        found = _records_under(paths, prefix)
-        if found:
-            return found
-    return {}
+def _dataset_name(record: dict) -> Any:
+    return (record.get("dataset") or {}).get("name")
+
+
+def of_experiment(old_layout: Records, experiment: str) -> Records:
+    """The records of `experiment` among those of the layout before the experiment folders.
+
+    That layout held one experiment, the default, named after its dataset; so its records are
+    `experiment`'s only where their dataset has that name, and another experiment has none there.
+    """
+    return {key: record for key, record in old_layout.items() if _dataset_name(record) == experiment}
+
+
+def _old_layout_note(old_layout: Records, experiment: str) -> str:
+    """Why the old layout's records were not taken, for the error that finds none; "" without any."""
+    found = {_dataset_name(record) for record in old_layout.values()}
+    if not found:
+        return ""
+    names = sorted(map(_text, found))
+    only = next(iter(found)) if len(found) == 1 else None
+    named = isinstance(only, str) and not name_errors(only)
+    suggestion = f"; pass --experiment {only} to compare them" if named else ""
+    return (
+        f" (the layout before the experiment folders, which held only the experiment named after its "
+        f"dataset: its {len(old_layout)} records are of dataset {', '.join(names)}, not {experiment!r}"
+        f"{suggestion})"
+    )
 
 
 def _parse(text: bytes, where: str) -> dict:
@@ -138,15 +174,21 @@ class GitRevision:
         if listing.returncode != 0:
             raise DiffError(f"cannot list {RESULTS}/ at {self.label}: {_stderr(listing)}")
         paths = [path for path in listing.stdout.decode().split("\0") if path]
-        # The experiment's folder; commits before the experiment folders kept the runs in results/.
-        found = _first_found(paths, (f"{published(experiment).root}/", f"{RESULTS}/"))
-        if not found:
-            raise DiffError(
-                f"revision {self.label} holds no records of experiment {experiment!r}: looked for "
-                f"{published(experiment).root}/{RECORD_SHAPE} and {RESULTS}/{RECORD_SHAPE}; "
-                f"check --experiment, or list what it holds with `git ls-tree -r --name-only {self.rev}`"
-            )
-        return {key: self._read(path) for key, path in sorted(found.items())}
+        if found := _records_under(paths, f"{published(experiment).root}/"):
+            return self._read_all(found)
+        # Commits before the experiment folders kept the runs in results/.
+        old_layout = self._read_all(_records_under(paths, f"{RESULTS}/"))
+        if kept := of_experiment(old_layout, experiment):
+            return kept
+        raise DiffError(
+            f"revision {self.label} holds no records of experiment {experiment!r}: looked for "
+            f"{published(experiment).root}/{RECORD_SHAPE} and {RESULTS}/{RECORD_SHAPE}"
+            f"{_old_layout_note(old_layout, experiment)}; "
+            f"check --experiment, or list what it holds with `git ls-tree -r --name-only {self.rev}`"
+        )
+
+    def _read_all(self, paths: Mapping[tuple[str, int], str]) -> Records:
+        return {key: self._read(path) for key, path in sorted(paths.items())}
 
     def _read(self, path: str) -> dict:
         shown = _git(self.repo, "show", f"{self.commit}:{path}")
@@ -177,7 +219,12 @@ def git_revision(repo: Path, rev: str) -> GitRevision:
 @dataclass(frozen=True)
 class ResultsFolder:
     """Records on disk. `path` is a results folder holding `<experiment>/runs/`, an experiment's
-    folder holding `runs/`, or a results folder from before the experiment folders (`runs/` too)."""
+    folder holding `runs/`, or a results folder from before the experiment folders (`runs/` too).
+
+    The last two look alike. A folder named after the experiment, or holding the receipt `publish`
+    leaves, is the experiment's, and all its records count; any other is taken for the old layout,
+    which holds the experiment's records only where their dataset bears its name (`of_experiment`).
+    """
 
     path: Path
     label: str
@@ -185,19 +232,29 @@ class ResultsFolder:
     def records(self, experiment: str) -> Records:
         if not self.path.is_dir():
             raise DiffError(f"{self.path} is not a folder; pass a results folder or an experiment's folder")
-        paths = sorted(
-            found.relative_to(self.path).as_posix()
-            for pattern in (f"{experiment}/{RECORD_SHAPE}", RECORD_SHAPE)
-            for found in self.path.glob(pattern.replace("<lane>", "*").replace("<n>", "*"))
-        )
-        found = _first_found(paths, (f"{experiment}/", ""))
-        if not found:
+        if found := self._found(f"{experiment}/"):
+            return self._read_all(found)
+        flat = self._read_all(self._found(""))
+        if self.path.name == experiment or (self.path / PUBLISHED_RECEIPT).is_file():
+            old_layout, kept = {}, flat
+        else:
+            old_layout, kept = flat, of_experiment(flat, experiment)
+        if not kept:
             raise DiffError(
                 f"no records of experiment {experiment!r} in {self.path}: looked for "
-                f"{self.path}/{experiment}/{RECORD_SHAPE} and {self.path}/{RECORD_SHAPE}; pass a results "
-                "folder or an experiment's folder (the one holding runs/), or check --experiment"
+                f"{self.path}/{experiment}/{RECORD_SHAPE} and {self.path}/{RECORD_SHAPE}"
+                f"{_old_layout_note(old_layout, experiment)}; pass a results folder or an experiment's "
+                "folder (the one holding runs/), or check --experiment"
             )
-        return {key: self._read(path) for key, path in found.items()}
+        return kept
+
+    def _found(self, prefix: str) -> dict[tuple[str, int], str]:
+        pattern = f"{prefix}{RECORD_SHAPE}".replace("<lane>", "*").replace("<n>", "*")
+        paths = [found.relative_to(self.path).as_posix() for found in self.path.glob(pattern)]
+        return _records_under(paths, prefix)
+
+    def _read_all(self, paths: Mapping[tuple[str, int], str]) -> Records:
+        return {key: self._read(path) for key, path in sorted(paths.items())}
 
     def _read(self, path: str) -> dict:
         return _parse((self.path / path).read_bytes(), str(self.path / path))
@@ -244,31 +301,48 @@ def _sort_key(pair: tuple[int | None, int | None]) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class LaneSummary:
-    """One lane of one source, over its seeds."""
+    """One lane of one source: its seeds' measurements one by one, the rest over its seeds.
+
+    The measurements stay per seed so that A and B are compared over the seeds both completed.
+    """
 
     lane: str
     statuses: tuple[tuple[str, int], ...]  # (status, seeds), by status
-    seeds_ok: int
-    accuracy: Fraction | None  # mean over ok seeds, per cent, exact
-    step_ms: float | None  # median over ok seeds of each seed's median ms/step
+    status_by_seed: Mapping[int, str]  # every seed the source holds, whatever its status
+    accuracy_by_seed: Mapping[int, Fraction]  # ok seeds with an accuracy: per cent, exact
+    step_ms_by_seed: Mapping[int, float]  # ok seeds with a timing: the seed's median ms/step
     compiles: tuple[tuple[int | None, int | None], ...]  # distinct (train, total) over ok seeds
     fingerprints: tuple[str, ...]  # distinct program fingerprints over all seeds; () without a program
     config: Mapping[str, tuple[str, ...]]  # key -> distinct values over all seeds, the engine included
     environment: Mapping[str, tuple[str, ...]]  # key -> distinct values over all seeds
 
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        return tuple(sorted(self.status_by_seed))
 
-def summarise_lane(lane: str, records: Sequence[dict]) -> LaneSummary:
-    ok = [record for record in records if record.get("status") == "ok"]
-    accuracies = [value for value in map(_accuracy, ok) if value is not None]
-    step_ms = [ms for record in ok if (ms := (record.get("timing") or {}).get("step_ms_median")) is not None]
-    compiles = {((r.get("compiles") or {}).get("train"), (r.get("compiles") or {}).get("total")) for r in ok}
+    @property
+    def seeds_ok(self) -> tuple[int, ...]:
+        return tuple(seed for seed in self.seeds if self.status_by_seed[seed] == "ok")
+
+
+def summarise_lane(lane: str, by_seed: Mapping[int, dict]) -> LaneSummary:
+    """The lane from its records by seed."""
+    records = [by_seed[seed] for seed in sorted(by_seed)]
+    ok = {seed: record for seed, record in sorted(by_seed.items()) if record.get("status") == "ok"}
+    compiles = {
+        ((r.get("compiles") or {}).get("train"), (r.get("compiles") or {}).get("total")) for r in ok.values()
+    }
     programs = [record.get("program") or {} for record in records]
     return LaneSummary(
         lane=lane,
         statuses=tuple(sorted(Counter(str(record.get("status")) for record in records).items())),
-        seeds_ok=len(ok),
-        accuracy=sum(accuracies, Fraction(0)) / len(accuracies) if accuracies else None,
-        step_ms=statistics.median(step_ms) if step_ms else None,
+        status_by_seed={seed: str(record.get("status")) for seed, record in sorted(by_seed.items())},
+        accuracy_by_seed={seed: value for seed, r in ok.items() if (value := _accuracy(r)) is not None},
+        step_ms_by_seed={
+            seed: float(ms)
+            for seed, r in ok.items()
+            if (ms := (r.get("timing") or {}).get("step_ms_median")) is not None
+        },
         compiles=tuple(sorted(compiles, key=_sort_key)),
         fingerprints=tuple(sorted({p["fingerprint"] for p in programs if p.get("fingerprint")})),
         config=_values_by_key(
@@ -280,10 +354,10 @@ def summarise_lane(lane: str, records: Sequence[dict]) -> LaneSummary:
 
 
 def summarise(records: Records) -> dict[str, LaneSummary]:
-    by_lane: dict[str, list[dict]] = defaultdict(list)
-    for (lane, _seed), record in sorted(records.items()):
-        by_lane[lane].append(record)
-    return {lane: summarise_lane(lane, lane_records) for lane, lane_records in by_lane.items()}
+    by_lane: dict[str, dict[int, dict]] = defaultdict(dict)
+    for (lane, seed), record in sorted(records.items()):
+        by_lane[lane][seed] = record
+    return {lane: summarise_lane(lane, by_seed) for lane, by_seed in by_lane.items()}
 
 
 # --- one lane, A against B ---------------------------------------------------------------------
@@ -300,14 +374,21 @@ class Change:
 
 @dataclass(frozen=True)
 class LaneDiff:
-    """One lane of the diff: A's and B's numbers side by side, and what differs between them."""
+    """One lane of the diff: A's and B's numbers side by side, and what differs between them.
+
+    Accuracy and ms/step are over `seeds_compared`, the seeds ok on both sides; where there are none
+    (a lane in one source only, say) each side's are over its own ok seeds, and there is no delta.
+    """
 
     lane: str
     presence: str  # "both", "added" (only in B) or "removed" (only in A)
     status_a: tuple[tuple[str, int], ...]
     status_b: tuple[tuple[str, int], ...]
-    seeds_ok_a: int
-    seeds_ok_b: int
+    seeds_a: tuple[int, ...]  # every seed, whatever its status
+    seeds_b: tuple[int, ...]
+    seeds_ok_a: tuple[int, ...]
+    seeds_ok_b: tuple[int, ...]
+    seeds_compared: tuple[int, ...]  # ok on both sides: what the deltas are over
     accuracy_a: float | None
     accuracy_b: float | None
     accuracy_delta: float | None  # B - A, points
@@ -319,7 +400,8 @@ class LaneDiff:
     fingerprint_a: tuple[str, ...]  # the first FINGERPRINT_CHARS hex digits
     fingerprint_b: tuple[str, ...]
     config: tuple[Change, ...]
-    environment: tuple[Change, ...]
+    environment: tuple[Change, ...]  # keys beside PROVENANCE
+    provenance: tuple[Change, ...] = field(default=())  # PROVENANCE keys: shown, never "changed"
     changed: tuple[str, ...] = field(default=())  # the ASPECTS that differ
 
     @property
@@ -336,11 +418,43 @@ def _changes(a: Mapping[str, tuple[str, ...]], b: Mapping[str, tuple[str, ...]])
     )
 
 
-def _accuracy_delta(a: LaneSummary | None, b: LaneSummary | None) -> float | None:
-    """B - A in points, from the exact fractions, so equal accuracies give exactly 0."""
-    if a is None or b is None or a.accuracy is None or b.accuracy is None:
-        return None
-    return float(b.accuracy - a.accuracy)
+def _mean(values: Sequence[Fraction]) -> Fraction:
+    return sum(values, Fraction(0)) / len(values)
+
+
+def _side_by_side(
+    a: Mapping[int, T], b: Mapping[int, T], compared: Collection[int], average: Callable[[list[T]], T]
+) -> tuple[T | None, T | None]:
+    """A's and B's average of a per-seed measurement: over the compared seeds where both sides have
+    it, so that the two averages are over the same seeds; with no compared seed, each over its own."""
+    if compared:
+        seeds = [seed for seed in sorted(compared) if seed in a and seed in b]
+        values_a, values_b = [a[seed] for seed in seeds], [b[seed] for seed in seeds]
+    else:
+        values_a, values_b = list(a.values()), list(b.values())
+    return (average(values_a) if values_a else None, average(values_b) if values_b else None)
+
+
+def _accuracies(
+    a: LaneSummary | None, b: LaneSummary | None, compared: Collection[int]
+) -> tuple[Fraction | None, Fraction | None]:
+    """A's and B's mean accuracy, exact, so that equal accuracies give a delta of exactly 0."""
+    return _side_by_side(a.accuracy_by_seed if a else {}, b.accuracy_by_seed if b else {}, compared, _mean)
+
+
+def _step_times(
+    a: LaneSummary | None, b: LaneSummary | None, compared: Collection[int]
+) -> tuple[float | None, float | None]:
+    """A's and B's median of the per-seed median ms/step; B/A is the ratio of the two.
+
+    The median, not the geometric mean of per-seed ratios: step time shares no randomness with the
+    seed, and seed k of A and seed k of B were not run together (other commits, maybe other
+    machines), so pairing them by seed cancels nothing. The median of each side shrugs off one run
+    slowed by a neighbour, and the ratio is that of the two numbers the table shows beside it.
+    """
+    return _side_by_side(
+        a.step_ms_by_seed if a else {}, b.step_ms_by_seed if b else {}, compared, statistics.median
+    )
 
 
 def _time_changed(a: float | None, b: float | None, tolerance: float) -> bool:
@@ -349,6 +463,21 @@ def _time_changed(a: float | None, b: float | None, tolerance: float) -> bool:
     if a == 0:
         return b != 0
     return abs(b / a - 1) > tolerance
+
+
+def _split_provenance(changes: tuple[Change, ...]) -> tuple[tuple[Change, ...], tuple[Change, ...]]:
+    """The environment changes that count, and those of PROVENANCE: another commit, another host or
+    a dirty tree differs in them on every lane without any result having changed."""
+    return (
+        tuple(change for change in changes if change.key not in PROVENANCE),
+        tuple(change for change in changes if change.key in PROVENANCE),
+    )
+
+
+def _status_changed(a: LaneSummary, b: LaneSummary) -> bool:
+    """Whether a seed both sides hold has another status; seeds only one side holds are "seeds"."""
+    shared = a.status_by_seed.keys() & b.status_by_seed.keys()
+    return any(a.status_by_seed[seed] != b.status_by_seed[seed] for seed in shared)
 
 
 def diff_lane(lane: str, a: LaneSummary | None, b: LaneSummary | None, time_tolerance: float) -> LaneDiff:
@@ -361,41 +490,49 @@ def diff_lane(lane: str, a: LaneSummary | None, b: LaneSummary | None, time_tole
         return tuple(fingerprint[:FINGERPRINT_CHARS] for fingerprint in side.fingerprints) if side else ()
 
     both = a is not None and b is not None
+    compared = tuple(sorted(set(a.seeds_ok) & set(b.seeds_ok))) if both else ()
+    accuracy_a, accuracy_b = _accuracies(a, b, compared)
+    step_a, step_b = _step_times(a, b, compared)
+    environment, provenance = _split_provenance(_changes(a.environment, b.environment) if both else ())
     if both:
         differs = {
-            "status": a.statuses != b.statuses,
-            "accuracy": a.accuracy != b.accuracy,  # exact fractions: one image is a change
-            "step_ms": _time_changed(a.step_ms, b.step_ms, time_tolerance),
+            "status": _status_changed(a, b),
+            "seeds": a.seeds != b.seeds,
+            "accuracy": accuracy_a != accuracy_b,  # exact fractions: one image is a change
+            "step_ms": _time_changed(step_a, step_b, time_tolerance),
             "compiles": a.compiles != b.compiles,
             "fingerprint": a.fingerprints != b.fingerprints,
             "config": dict(a.config) != dict(b.config),
-            "environment": dict(a.environment) != dict(b.environment),
+            "environment": bool(environment),
         }
         changed = tuple(aspect for aspect in ASPECTS if differs[aspect])
     else:  # a lane in one source only: all of it is new, or gone
         changed = ASPECTS
-    accuracy_a = float(a.accuracy) if a and a.accuracy is not None else None
-    accuracy_b = float(b.accuracy) if b and b.accuracy is not None else None
-    step_a, step_b = (a.step_ms if a else None), (b.step_ms if b else None)
+    paired = bool(compared)  # a delta only between averages over the same seeds
+    delta = float(accuracy_b - accuracy_a) if paired and None not in (accuracy_a, accuracy_b) else None
     return LaneDiff(
         lane=lane,
         presence="both" if both else ("removed" if b is None else "added"),
         status_a=a.statuses if a else (),
         status_b=b.statuses if b else (),
-        seeds_ok_a=a.seeds_ok if a else 0,
-        seeds_ok_b=b.seeds_ok if b else 0,
-        accuracy_a=accuracy_a,
-        accuracy_b=accuracy_b,
-        accuracy_delta=_accuracy_delta(a, b),
+        seeds_a=a.seeds if a else (),
+        seeds_b=b.seeds if b else (),
+        seeds_ok_a=a.seeds_ok if a else (),
+        seeds_ok_b=b.seeds_ok if b else (),
+        seeds_compared=compared,
+        accuracy_a=None if accuracy_a is None else float(accuracy_a),
+        accuracy_b=None if accuracy_b is None else float(accuracy_b),
+        accuracy_delta=delta,
         step_ms_a=step_a,
         step_ms_b=step_b,
-        step_ratio=step_b / step_a if step_a and step_b is not None else None,
+        step_ratio=step_b / step_a if paired and step_a and step_b is not None else None,
         compiles_a=a.compiles if a else (),
         compiles_b=b.compiles if b else (),
         fingerprint_a=short(a),
         fingerprint_b=short(b),
         config=_changes(a.config, b.config) if both else (),
-        environment=_changes(a.environment, b.environment) if both else (),
+        environment=environment,
+        provenance=provenance,
         changed=changed,
     )
 
@@ -440,6 +577,13 @@ def _pair(a: str, b: str) -> str:
 
 def _status_text(statuses: tuple[tuple[str, int], ...]) -> str:
     return ", ".join(f"{seeds} {status}" for status, seeds in statuses) or DASH
+
+
+def _seeds_cell(row: LaneDiff) -> str:
+    """How many seeds the deltas are over: "5" where that is every ok seed of both sides, else
+    "3 of 3/5", 3 compared of A's 3 and B's 5 ok seeds."""
+    compared, a, b = len(row.seeds_compared), len(row.seeds_ok_a), len(row.seeds_ok_b)
+    return str(compared) if compared == a == b else f"{compared} of {a}/{b}"
 
 
 def _compiles_text(compiles: tuple[tuple[int | None, int | None], ...]) -> str:
@@ -494,29 +638,31 @@ def _changed_cell(row: LaneDiff) -> str:
 
 @dataclass(frozen=True)
 class DiffColumn:
-    """One column of the text table: its header, its cell, and the aspect that makes it "changed"
-    (`--only-changed` drops a column whose aspect no shown lane changed; None: always shown)."""
+    """One column of the text table: its header, its cell, and the aspects that make it "changed"
+    (`--only-changed` drops a column none of whose aspects a shown lane changed; (): always shown)."""
 
     header: str
     cell: Callable[[LaneDiff], str]
-    aspect: str | None = None
+    aspects: tuple[str, ...] = ()
     right_align: bool = False
 
 
 DIFF_COLUMNS: tuple[DiffColumn, ...] = (
     DiffColumn("lane", lambda row: row.lane),
     DiffColumn("changed", _changed_cell),
-    DiffColumn("status", _a_or_a_to_b(_status_text, "status"), "status"),
-    DiffColumn("acc % A", lambda row: _percent(row.accuracy_a), "accuracy", right_align=True),
-    DiffColumn("acc % B", lambda row: _percent(row.accuracy_b), "accuracy", right_align=True),
-    DiffColumn("Δ points", lambda row: _delta(row.accuracy_delta), "accuracy", right_align=True),
-    DiffColumn("ms/step A", lambda row: _ms(row.step_ms_a), "step_ms", right_align=True),
-    DiffColumn("ms/step B", lambda row: _ms(row.step_ms_b), "step_ms", right_align=True),
-    DiffColumn("B/A", lambda row: _ratio(row.step_ratio), "step_ms", right_align=True),
-    DiffColumn("compiles", _a_or_a_to_b(_compiles_text, "compiles"), "compiles"),
-    DiffColumn("fingerprint", _a_or_a_to_b(_fingerprints_text, "fingerprint"), "fingerprint"),
-    DiffColumn("config", lambda row: _keys(row.config, row), "config"),
-    DiffColumn("environment", lambda row: _keys(row.environment, row), "environment"),
+    DiffColumn("status", _a_or_a_to_b(_status_text, "status"), ("status",)),
+    # The count a delta is over goes with the delta.
+    DiffColumn("seeds", _seeds_cell, ("seeds", "accuracy", "step_ms"), right_align=True),
+    DiffColumn("acc % A", lambda row: _percent(row.accuracy_a), ("accuracy",), right_align=True),
+    DiffColumn("acc % B", lambda row: _percent(row.accuracy_b), ("accuracy",), right_align=True),
+    DiffColumn("Δ points", lambda row: _delta(row.accuracy_delta), ("accuracy",), right_align=True),
+    DiffColumn("ms/step A", lambda row: _ms(row.step_ms_a), ("step_ms",), right_align=True),
+    DiffColumn("ms/step B", lambda row: _ms(row.step_ms_b), ("step_ms",), right_align=True),
+    DiffColumn("B/A", lambda row: _ratio(row.step_ratio), ("step_ms",), right_align=True),
+    DiffColumn("compiles", _a_or_a_to_b(_compiles_text, "compiles"), ("compiles",)),
+    DiffColumn("fingerprint", _a_or_a_to_b(_fingerprints_text, "fingerprint"), ("fingerprint",)),
+    DiffColumn("config", lambda row: _keys(row.config, row), ("config",)),
+    DiffColumn("environment", lambda row: _keys(row.environment, row), ("environment",)),
 )
 
 
@@ -531,7 +677,9 @@ def table(rows: Sequence[LaneDiff], only_changed: bool) -> str:
     shown = [
         column
         for column in DIFF_COLUMNS
-        if not only_changed or column.aspect is None or any(column.aspect in row.changed for row in rows)
+        if not only_changed
+        or not column.aspects
+        or any(aspect in row.changed for row in rows for aspect in column.aspects)
     ]
     header = [column.header for column in shown]
     body = [[column.cell(row) for column in shown] for row in rows]
@@ -541,36 +689,60 @@ def table(rows: Sequence[LaneDiff], only_changed: bool) -> str:
     return "\n".join(lines + [_aligned(cells, widths, right) for cells in body])
 
 
-def _change_notes(title: str, rows: Sequence[LaneDiff], changes_of: Callable[[LaneDiff], tuple]) -> list[str]:
-    """Each differing key's values, A → B, once for all the lanes where it differs alike."""
-    lanes_by_change: dict[Change, list[str]] = defaultdict(list)
+def _notes(title: str, rows: Sequence[LaneDiff], lines_of: Callable[[LaneDiff], Iterable[str]]) -> list[str]:
+    """Each of the rows' lines once, naming the lanes it holds for ("every lane" when all of them)."""
+    lanes_by_line: dict[str, list[str]] = defaultdict(list)
     for row in rows:
-        for change in changes_of(row):
-            lanes_by_change[change].append(row.lane)
-    if not lanes_by_change:
+        for line in lines_of(row):
+            lanes_by_line[line].append(row.lane)
+    if not lanes_by_line:
         return []
     compared = [row.lane for row in rows if row.presence == "both"]
     lines = [f"{title}, A {ARROW} B:"]
-    for change, lanes in lanes_by_change.items():
-        where = "every lane" if lanes == compared else ", ".join(lanes)
-        lines.append(f"  {change.key}: {', '.join(change.a)} {ARROW} {', '.join(change.b)}  ({where})")
+    for line, lanes in lanes_by_line.items():
+        lines.append(f"  {line}  ({'every lane' if lanes == compared else ', '.join(lanes)})")
     return lines
+
+
+def _change_lines(changes: tuple[Change, ...]) -> list[str]:
+    return [f"{change.key}: {', '.join(change.a)} {ARROW} {', '.join(change.b)}" for change in changes]
+
+
+def _seed_lines(row: LaneDiff) -> list[str]:
+    if row.presence != "both" or row.seeds_a == row.seeds_b:
+        return []
+    listed = f"{', '.join(map(str, row.seeds_a))} {ARROW} {', '.join(map(str, row.seeds_b))}"
+    return [f"{len(row.seeds_a)} {ARROW} {len(row.seeds_b)} ({listed})"]
+
+
+def _provenance_notes(report: DiffReport) -> list[str]:
+    """Where the records were made, over every lane, changed or not: a reader should see that B is
+    another commit even where `--only-changed` shows no lane."""
+    title = f"provenance (not counted as a change; {', '.join(sorted(PROVENANCE))})"
+    return _notes(title, report.lanes, lambda row: _change_lines(row.provenance))
 
 
 def to_text(report: DiffReport, only_changed: bool = False) -> str:
     rows = report.shown(only_changed)
     head = [f"A: {report.a}", f"B: {report.b}", f"experiment: {report.experiment}", ""]
     tolerance = f"{report.time_tolerance * 100:.4g} %"
+    provenance = _provenance_notes(report)
     if not rows:
         what = "no lane differs" if only_changed else "no lanes"
-        return "\n".join([*head, f"{what} (ms/step within ±{tolerance})"])
+        return "\n".join(
+            [*head, f"{what} (ms/step within ±{tolerance})", *([""] if provenance else []), *provenance]
+        )
     notes = [
-        *_change_notes("config", rows, lambda row: row.config),
-        *_change_notes("environment", rows, lambda row: row.environment),
+        *_notes("seeds", rows, _seed_lines),
+        *_notes("config", rows, lambda row: _change_lines(row.config)),
+        *_notes("environment", rows, lambda row: _change_lines(row.environment)),
+        *provenance,
     ]
     legend = (
-        "accuracy: mean over the seeds with status ok; ms/step: median of their per-seed medians, "
-        f"changed beyond ±{tolerance} (--time-tolerance); compiles: train/total; fingerprint: the program's."
+        "seeds: how many ok on both sides, of A's/B's ok seeds; acc %, Δ, ms/step and B/A are over those "
+        "shared seeds (a lane without any: each side's own, no Δ). accuracy: the mean; ms/step: the median "
+        f"of the per-seed medians, changed beyond ±{tolerance} (--time-tolerance); compiles: train/total; "
+        "fingerprint: the program's."
     )
     return "\n".join([*head, table(rows, only_changed), "", *notes, *([""] if notes else []), legend])
 
@@ -586,6 +758,10 @@ def _compiles_json(compiles: tuple[tuple[int | None, int | None], ...]) -> list[
     return [{"train": train, "total": total} for train, total in compiles]
 
 
+def _changes_json(changes: tuple[Change, ...]) -> dict:
+    return {change.key: _sides(list(change.a), list(change.b)) for change in changes}
+
+
 def row_json(row: LaneDiff) -> dict:
     """One lane as plain JSON: the same numbers as the table, unrounded."""
     return {
@@ -593,13 +769,15 @@ def row_json(row: LaneDiff) -> dict:
         "presence": row.presence,
         "changed": list(row.changed),
         "status": _sides(dict(row.status_a), dict(row.status_b)),
-        "seeds_ok": _sides(row.seeds_ok_a, row.seeds_ok_b),
+        "seeds": _sides(list(row.seeds_a), list(row.seeds_b), compared=list(row.seeds_compared)),
+        "seeds_ok": _sides(len(row.seeds_ok_a), len(row.seeds_ok_b)),
         "accuracy_percent": _sides(row.accuracy_a, row.accuracy_b, delta=row.accuracy_delta),
         "step_ms": _sides(row.step_ms_a, row.step_ms_b, ratio=row.step_ratio),
         "compiles": _sides(_compiles_json(row.compiles_a), _compiles_json(row.compiles_b)),
         "fingerprint": _sides(list(row.fingerprint_a), list(row.fingerprint_b)),
-        "config": {change.key: _sides(list(change.a), list(change.b)) for change in row.config},
-        "environment": {change.key: _sides(list(change.a), list(change.b)) for change in row.environment},
+        "config": _changes_json(row.config),
+        "environment": _changes_json(row.environment),
+        "provenance": _changes_json(row.provenance),
     }
 
 

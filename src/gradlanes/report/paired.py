@@ -19,6 +19,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from itertools import combinations
 
 import matplotlib
@@ -186,7 +187,9 @@ def compare(
     seeds = tuple(sorted(set(reference_runs) & set(candidate_runs)))
     if not seeds:
         return None
-    differences = tuple(_accuracy(candidate_runs[seed]) - _accuracy(reference_runs[seed]) for seed in seeds)
+    differences = tuple(
+        float(_accuracy(candidate_runs[seed]) - _accuracy(reference_runs[seed])) for seed in seeds
+    )
     ratios = tuple(_step_ms(candidate_runs[seed]) / _step_ms(reference_runs[seed]) for seed in seeds)
     return PairedComparison(
         reference=reference,
@@ -199,9 +202,14 @@ def compare(
     )
 
 
-def _accuracy(record: dict) -> float:
-    """Test accuracy in percent, from the counts (as the lane table does), not the rounded percent."""
-    return 100 * record["accuracy"]["correct"] / record["accuracy"]["total"]
+def _accuracy(record: dict) -> Fraction:
+    """Test accuracy in percent, from the counts (as the lane table does), not the rounded percent.
+
+    Exact, so that seeds differing by the same count of images give the very same difference:
+    in floats 93.1 − 93.0 and 93.2 − 93.1 differ in the last bits, and `accuracy_verdict` could
+    not tell that the differences do not spread at all.
+    """
+    return Fraction(100 * record["accuracy"]["correct"], record["accuracy"]["total"])
 
 
 def _step_ms(record: dict) -> float:
@@ -218,24 +226,28 @@ def signed(value: float, digits: int = 2) -> str:
     return f"{value:+.{digits}f}".replace("-", MINUS)
 
 
+def _no_spread(values: Sequence[float]) -> bool:
+    """Two or more per-seed values, all equal: their interval has zero width."""
+    return len(values) > 1 and len(set(values)) == 1
+
+
 def accuracy_verdict(pair: PairedComparison) -> str:
     """Whether the candidate's accuracy differs from the reference's, in words."""
     if all(d == 0 for d in pair.accuracy_differences):
         return "identical on every seed" if pair.n > 1 else "identical on the one shared seed"
     estimate, higher = pair.accuracy, pair.accuracy.value > 0
+    by = f"{pair.candidate} is {'higher' if higher else 'lower'} than {pair.reference} by"
     if not estimate.has_interval:
-        return (
-            f"{pair.candidate} is {'higher' if higher else 'lower'} than {pair.reference} by "
-            f"{abs(estimate.value):.2f} points on the one shared seed; one seed gives no interval"
-        )
+        return f"{by} {abs(estimate.value):.2f} points on the one shared seed; one seed gives no interval"
+    if _no_spread(pair.accuracy_differences):
+        # A zero-width interval, "(0.10 … 0.10)", would read as a measured certainty; it is only
+        # that every seed moved by the same count of images.
+        return f"{by} {abs(pair.accuracy_differences[0]):.2f} points on every seed (no spread)"
     if estimate.low <= 0 <= estimate.high:
         interval = f"{signed(estimate.low)} … {signed(estimate.high)}"
         return f"not distinguishable from zero (interval {interval} points)"
     near, far = sorted((abs(estimate.low), abs(estimate.high)))
-    return (
-        f"{pair.candidate} is {'higher' if higher else 'lower'} than {pair.reference} by "
-        f"{abs(estimate.value):.2f} points ({near:.2f} … {far:.2f})"
-    )
+    return f"{by} {abs(estimate.value):.2f} points ({near:.2f} … {far:.2f})"
 
 
 def speed_verdict(pair: PairedComparison) -> str:
@@ -246,6 +258,13 @@ def speed_verdict(pair: PairedComparison) -> str:
     estimate = pair.step_ms_ratio
     if not estimate.has_interval:
         return f"{_factor(pair, estimate.value)} on the one shared seed; one seed gives no interval"
+    if _no_spread(pair.step_ms_ratios):
+        # Timings that repeat to the last bit (equal, or rounded in the records) give a zero-width
+        # interval, as equal accuracy differences do; say so rather than print "(1.20 … 1.20)".
+        ratio = pair.step_ms_ratios[0]
+        if ratio == 1:
+            return "equal ms/step on every seed"
+        return f"{_factor(pair, ratio)} on every seed (no spread)"
     if estimate.low <= 1 <= estimate.high:
         return f"not distinguishable from 1× (interval {estimate.low:.2f}× … {estimate.high:.2f}×)"
     near, far = sorted((_slowness(estimate.low), _slowness(estimate.high)))
@@ -358,13 +377,17 @@ PAIR_CELLS: tuple[PairCell, ...] = (
 EXPLANATION = (
     "Lanes that train the same model from the same initial weights on the same batch order (equal "
     "model, hidden width, init, training images, batch size, steps and test images) are compared seed "
-    "by seed. Such lanes see the same randomness on a seed, so the per-seed difference removes the "
-    "seed-to-seed variation that widens each lane's own interval above. Δ accuracy is candidate − "
-    "reference test accuracy in percentage points, averaged over the seeds both lanes completed; the "
-    "ms/step ratio is candidate / reference median step time, averaged geometrically. Intervals are "
-    "95 % Student-t with n − 1 degrees of freedom over the per-seed values (for the ratio, over their "
-    "logarithms, then exponentiated); with one shared seed there is none. The reference is the lane "
-    "listed first in the config; pairs without a seed both lanes completed are left out."
+    "by seed. Such lanes see the same randomness on a seed, so the per-seed accuracy difference removes "
+    "the seed-to-seed variation of accuracy that widens each lane's own interval above. Step time shares "
+    "no randomness with the seed; for speed, the per-seed ratio compares runs made back to back on the "
+    "same machine. Δ accuracy is candidate − reference test accuracy in percentage points, averaged over "
+    "the seeds both lanes completed; the ms/step ratio is candidate / reference median step time, "
+    "averaged geometrically. Intervals are 95 % Student-t with n − 1 degrees of freedom over the "
+    "per-seed values (for the ratio, over their logarithms, then exponentiated); with one shared seed "
+    "there is none. Each pair's interval is a 95 % interval on its own: there is no correction for "
+    "making several comparisons, so across many pairs one may exclude zero (or 1×) by chance. The "
+    "reference is the lane listed first in the config; pairs without a seed both lanes completed are "
+    "left out."
 )
 
 
