@@ -244,8 +244,17 @@ def check_config(config: Mapping, schema_path: str | Path, dataset=None) -> None
     problems = retired_agreement_errors(config) or schema_errors(config, schema)
     if not problems:
         problems = semantic_errors(config)
-    if not problems and dataset is not None:
-        problems = dataset_errors(config, dataset)
+    _raise_if_any(problems, schema_path)
+    if dataset is not None:
+        check_dataset(config, schema_path, dataset)
+
+
+def check_dataset(config: Mapping, schema_path: str | Path, dataset) -> None:
+    """Raise `ConfigError` for what a config already checked asks of a prepared `dataset`."""
+    _raise_if_any(dataset_errors(config, dataset), schema_path)
+
+
+def _raise_if_any(problems: list[str], schema_path: str | Path) -> None:
     if problems:
         raise ConfigError(
             "config.yaml (with any --config/--configfile overrides) has "

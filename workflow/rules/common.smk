@@ -5,7 +5,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from gradlanes.atomic import recover_folder
-from gradlanes.config import ConfigError, check_config, coerce_switches
+from gradlanes.config import ConfigError, check_config, check_dataset, coerce_switches
 from gradlanes.data.description import DatasetDescription
 from gradlanes.layout import default_experiment, published, work
 from gradlanes.publish import Identity, PublishRefused, check_replaceable
@@ -18,22 +18,11 @@ def pinned_content():
     return {role: spec["sha256"] for role, spec in config["dataset"]["files"].items()}
 
 
-def prepared_dataset():
-    """The prepared dataset's description when it is there and matches the pins, else None."""
-    path = Path(f"resources/{config['dataset']['name']}/manifest.json")
-    if not path.is_file():
-        return None
-    description = DatasetDescription.read(path)
-    return description if description.content_sha256 == pinned_content() else None
-
-
 # Every check that can run before a job runs here, so bad settings fail in seconds, not after the
-# download: the schema, the semantic rules and, once the data is prepared, the sizes it implies.
+# download: the schema and the semantic rules here, the sizes the prepared data implies below.
 coerce_switches(config)
 try:
     check_config(config, CONFIG_SCHEMA)
-    if (prepared := prepared_dataset()) is not None:
-        check_config(config, CONFIG_SCHEMA, dataset=prepared)
 except ConfigError as error:
     raise WorkflowError(str(error)) from None
 validate(config, str(CONFIG_SCHEMA))
@@ -80,6 +69,22 @@ def dataset_arrays():
 
 def dataset_manifest():
     return f"{dataset_dir()}/manifest.json"
+
+
+def prepared_dataset():
+    """The prepared dataset's description when it is there and matches the pins, else None."""
+    path = Path(dataset_manifest())
+    if not path.is_file():
+        return None
+    description = DatasetDescription.read(path)
+    return description if description.content_sha256 == pinned_content() else None
+
+
+if (prepared := prepared_dataset()) is not None:
+    try:
+        check_dataset(config, CONFIG_SCHEMA, prepared)
+    except ConfigError as error:
+        raise WorkflowError(str(error)) from None
 
 
 # ---- programs and lanes ----------------------------------------------------------------------

@@ -20,17 +20,10 @@ import numpy as np
 
 from gradlanes.atomic import atomic_path, write_json
 from gradlanes.data.idx import IMAGES_MAGIC, LABELS_MAGIC, IdxFormatError, check_split, parse_idx
+from gradlanes.hashing import sha256_file
 
 SPLITS = ("train", "test")
 ROLES = ("train_images", "train_labels", "test_images", "test_labels")
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _read_content(path: Path, pinned_sha256: str) -> tuple[bytes, str]:
@@ -79,7 +72,7 @@ def prepare_dataset(
             "name": spec["name"],
             "content_sha256": content_sha256,
             "content_bytes": len(content),
-            "archive_sha256": _sha256_file(path),
+            "archive_sha256": sha256_file(path),
             "archive_bytes": path.stat().st_size,
             "mirror": origin.get("mirror"),
             "url": origin.get("url"),
@@ -107,7 +100,7 @@ def prepare_dataset(
         "image_shape": list(arrays["train_images"].shape[1:]),
         "counts": {split: int(arrays[f"{split}_labels"].shape[0]) for split in SPLITS},
         "files": entries,
-        "arrays": {"path": Path(arrays_path).name, "sha256": _sha256_file(Path(arrays_path))},
+        "arrays": {"path": Path(arrays_path).name, "sha256": sha256_file(arrays_path)},
         "parse_s": round(parse_s, 4),
         "prepare_s": round(time.perf_counter() - started, 3),
         "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
