@@ -74,3 +74,15 @@ def small_lane(**overrides) -> dict:
     }
     settings.update(overrides)
     return settings
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The number of generated interpreter-vs-XLA cases that passed, per rule and in total."""
+    from oracle import CASES_RUN
+
+    if CASES_RUN:
+        per_rule = ", ".join(f"{name} {count}" for name, count in sorted(CASES_RUN.items()))
+        terminalreporter.write_sep("-", "interpreter rules checked against XLA")
+        terminalreporter.write_line(
+            f"{sum(CASES_RUN.values())} generated cases over {len(CASES_RUN)} primitives: {per_rule}"
+        )

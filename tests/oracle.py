@@ -13,6 +13,7 @@ checks that every registered rule is named by some module's table.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,7 +23,8 @@ import ml_dtypes
 import numpy as np
 
 from gradlanes.program.interpreter import Interpreter
-from gradlanes.program.jaxcompat import sub_jaxprs
+from gradlanes.program.jaxcompat import is_extended, key_data, sub_jaxprs
+from gradlanes.program.rules.prng import KeyArray
 
 #: Every dtype a rule may see, as NumPy holds it (bfloat16 through ml_dtypes, as JAX does).
 FLOATS = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32), np.dtype(np.float64))
@@ -30,6 +32,10 @@ SIGNED = tuple(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))
 UNSIGNED = tuple(np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64))
 INTEGERS = SIGNED + UNSIGNED
 ALL_DTYPES = (np.dtype(np.bool_),) + INTEGERS + FLOATS
+
+#: Generated cases compared with XLA in this test run, per primitive under test (`check`'s `expect`);
+#: conftest prints the tally at the end of the run.
+CASES_RUN: collections.Counter[str] = collections.Counter()
 
 
 @contextlib.contextmanager
@@ -84,6 +90,15 @@ def assert_same(want: np.ndarray, got: np.ndarray, ulps: float = 0.0, label: str
     )
 
 
+def _host(value: Any) -> np.ndarray:
+    """An output as NumPy: PRNG keys (JAX's or the interpreter's `KeyArray`) as their raw words."""
+    if isinstance(value, KeyArray):
+        return value.data
+    if is_extended(getattr(value, "dtype", None)):
+        return key_data(value)
+    return np.asarray(value)
+
+
 def check(fn: Callable, *args: Any, ulps: float = 0.0, expect: str | None = None) -> set[str]:
     """Run `fn(*args)` on XLA and in the interpreter and compare every output; return the primitives.
 
@@ -94,9 +109,11 @@ def check(fn: Callable, *args: Any, ulps: float = 0.0, expect: str | None = None
     if expect is not None:
         assert expect in found, f"{expect} not in the traced program ({sorted(found)})"
     flat_args = jax.tree_util.tree_leaves(args)
-    want = [np.asarray(x) for x in jax.tree_util.tree_leaves(jax.jit(fn)(*args))]
-    got = Interpreter(closed)(*flat_args)
+    want = [_host(x) for x in jax.tree_util.tree_leaves(jax.jit(fn)(*args))]
+    got = [_host(x) for x in Interpreter(closed)(*flat_args)]
     assert len(got) == len(want), f"{len(got)} outputs, JAX gives {len(want)}"
     for index, (w, g) in enumerate(zip(want, got, strict=True)):
         assert_same(w, np.asarray(g), ulps, f"output {index} of {expect or fn}")
+    if expect is not None:
+        CASES_RUN[expect] += 1
     return found

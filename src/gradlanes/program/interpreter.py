@@ -22,9 +22,11 @@ from gradlanes.program.jaxcompat import (
     Jaxpr,
     Literal,
     called_jaxpr,
+    is_extended,
     sub_jaxprs,
 )
-from gradlanes.program.rules import RULES, STRUCTURED, Rule
+from gradlanes.program.rules import EXACT_DTYPES, RULES, STRUCTURED, Rule
+from gradlanes.program.rules.prng import KeyArray
 
 __all__ = ["RULES", "Interpreter", "UnsupportedPrimitive", "find_unsupported", "widened"]
 
@@ -48,12 +50,19 @@ def find_unsupported(jaxpr: Jaxpr) -> set[str]:
     return missing
 
 
-def widened(dtype: Any) -> np.dtype:
+def host_dtype(dtype: Any) -> Any:
+    """A jaxpr dtype as the interpreter holds it: a NumPy dtype, or JAX's own for PRNG keys."""
+    return dtype if is_extended(dtype) else np.dtype(dtype)
+
+
+def widened(dtype: Any) -> Any:
     """The float64 reference's dtype for `dtype`: every narrower float becomes float64.
 
     float16 and bfloat16 widen too: the reference stands for the exact result, not for the
-    rounding a program asked for. Integers, booleans and float64 are left alone.
+    rounding a program asked for. Integers, booleans, float64 and PRNG keys are left alone.
     """
+    if is_extended(dtype):
+        return dtype
     dtype = np.dtype(dtype)
     if (dtype.kind == "f" and dtype.itemsize < 8) or dtype.name == "bfloat16":
         return np.dtype(np.float64)
@@ -93,7 +102,7 @@ class _Plan:
     def __init__(self, jaxpr: Jaxpr, consts: Sequence[Any], widen: bool = False):
         slots: dict[Any, int] = {}
         template: list[Any] = []
-        dtype_of = widened if widen else np.dtype
+        dtype_of = widened if widen else host_dtype
 
         def slot_of(var) -> int:
             if isinstance(var, Literal):
@@ -106,12 +115,11 @@ class _Plan:
 
         def store(slots_out: list[int], values, dtypes) -> None:
             for slot, value, dtype in zip(slots_out, values, dtypes, strict=True):
-                template[slot] = np.asarray(value).astype(dtype, copy=False)
+                template[slot] = _as_dtype(value if isinstance(value, KeyArray) else np.asarray(value), dtype)
 
         const_slots = [slot_of(v) for v in jaxpr.constvars]
-        for slot, value in zip(const_slots, consts, strict=True):
-            value = np.asarray(value)
-            template[slot] = value.astype(dtype_of(value.dtype), copy=False)
+        for slot, var, value in zip(const_slots, jaxpr.constvars, consts, strict=True):
+            template[slot] = host_value(value, dtype_of(var.aval.dtype))
         self.input_slots = [slot_of(v) for v in jaxpr.invars]
         steps = []
         for eqn in jaxpr.eqns:
@@ -127,7 +135,9 @@ class _Plan:
                 multiple = eqn.primitive.multiple_results
             else:
                 fn, params = RULES[eqn.primitive.name], dict(eqn.params)
-                if widen:
+                if widen and eqn.primitive.name in EXACT_DTYPES:
+                    fn = _at_program_dtypes(fn, [host_dtype(v.aval.dtype) for v in eqn.invars])
+                elif widen:
                     params = {key: _widen_param(value) for key, value in params.items()}
                 multiple = eqn.primitive.multiple_results
             if all(template[i] is not None for i in ins) and not eqn.effects:
@@ -167,8 +177,26 @@ class _Plan:
         return [env[i] for i in self.output_slots]
 
 
-def _as_dtype(value: Any, dtype: np.dtype) -> Any:
+def _as_dtype(value: Any, dtype: Any) -> Any:
+    if isinstance(value, KeyArray):
+        return value.stamped(dtype)
     return value if value.dtype == dtype else value.astype(dtype)
+
+
+def _at_program_dtypes(fn: Rule, dtypes: list[Any]) -> Rule:
+    """`fn` run on its operands cast back to the program's dtypes (for `EXACT_DTYPES` under widen)."""
+
+    def exact(*operands, **params):
+        return fn(*[_as_dtype(x, d) for x, d in zip(operands, dtypes, strict=True)], **params)
+
+    return exact
+
+
+def host_value(value: Any, dtype: Any) -> Any:
+    """An input or constant as the plan holds it: a NumPy array of `dtype`, or a `KeyArray`."""
+    if is_extended(dtype):
+        return (value if isinstance(value, KeyArray) else KeyArray.from_jax(value)).stamped(dtype)
+    return np.asarray(value).astype(dtype, copy=False)
 
 
 class Interpreter:
@@ -188,17 +216,23 @@ class Interpreter:
                 "lane on engine 'xla'"
             )
         self._plan = _Plan(program.jaxpr, program.consts, widen=widen)
-        self._widened_inputs = [widened(v.aval.dtype) for v in program.jaxpr.invars] if widen else None
+        dtype_of = widened if widen else host_dtype
+        self._input_dtypes = [dtype_of(v.aval.dtype) for v in program.jaxpr.invars]
+        # Without widen, NumPy inputs of the right dtype pass through untouched (the hot path).
+        self._convert_inputs = widen or any(is_extended(d) for d in self._input_dtypes)
 
-    def __call__(self, *args: Any) -> list[np.ndarray]:
-        if self._widened_inputs is not None:
-            args = [
-                np.asarray(a).astype(d, copy=False) for a, d in zip(args, self._widened_inputs, strict=True)
-            ]
+    def __call__(self, *args: Any) -> list[Any]:
+        if self._convert_inputs:
+            args = [host_value(a, d) for a, d in zip(args, self._input_dtypes, strict=True)]
         return [_materialize(value) for value in self._plan.run(*args)]
 
 
-def _materialize(value: Any) -> np.ndarray:
-    """Outputs may be NumPy scalars or broadcast views; make them ordinary arrays (0-d kept 0-d)."""
+def _materialize(value: Any) -> Any:
+    """Outputs may be NumPy scalars or broadcast views; make them ordinary arrays (0-d kept 0-d).
+
+    PRNG keys come back as `KeyArray`s (`.to_jax()` makes them JAX's typed keys again).
+    """
+    if isinstance(value, KeyArray):
+        return value
     value = np.asarray(value)
     return value if value.flags.c_contiguous and value.flags.writeable else np.array(value, order="C")

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import jax
 import jax.core
+import numpy as np
 from jax.extend.core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var, jaxpr_as_fun
 
 #: jax.monitoring event recorded once per XLA backend compilation (jax/_src/dispatch.py).
@@ -43,6 +44,28 @@ def without_source_locations() -> Iterator[None]:
         yield
     finally:
         jax.config.update("jax_traceback_in_locations_limit", previous)
+
+
+def is_extended(dtype) -> bool:
+    """True for JAX's extended dtypes (typed PRNG keys, key<fry>), which NumPy cannot hold."""
+    if dtype is None or isinstance(dtype, np.dtype):
+        return False
+    return jax.dtypes.issubdtype(dtype, jax.dtypes.extended)
+
+
+def key_impl(dtype):
+    """The PRNG implementation (threefry2x32, rbg, ...) behind a typed key dtype."""
+    return dtype._impl
+
+
+def key_data(keys) -> np.ndarray:
+    """The raw words of a jax typed-key array (uint32[*shape, *key_shape])."""
+    return np.asarray(jax.random.key_data(keys))
+
+
+def wrap_key_data(data: np.ndarray, dtype):
+    """A jax typed-key array of `dtype` holding the raw words `data`."""
+    return jax.random.wrap_key_data(data, impl=key_impl(dtype))
 
 
 def eval_jaxpr(program: ClosedJaxpr, *args):
@@ -92,7 +115,11 @@ __all__ = [
     "Var",
     "called_jaxpr",
     "eval_jaxpr",
+    "is_extended",
+    "key_data",
+    "key_impl",
     "jaxpr_as_fun",
     "sub_jaxprs",
     "without_source_locations",
+    "wrap_key_data",
 ]

@@ -4,7 +4,24 @@ To add a primitive: one rule in the module of its kind (or a new module imported
 generated test case in tests/test_interpreter.py.
 """
 
-from gradlanes.program.rules import elementwise, linalg, shapes  # noqa: F401  (they register)
-from gradlanes.program.rules.registry import RULES, STRUCTURED, PlanMaker, Rule, rule, structured
+from gradlanes.program.rules import (  # noqa: F401  (they register)
+    control,
+    elementwise,
+    indexing,
+    linalg,
+    prng,
+    shapes,
+    special,
+    windows,
+)
+from gradlanes.program.rules.registry import (
+    EXACT_DTYPES,
+    RULES,
+    STRUCTURED,
+    PlanMaker,
+    Rule,
+    rule,
+    structured,
+)
 
-__all__ = ["RULES", "STRUCTURED", "PlanMaker", "Rule", "rule", "structured"]
+__all__ = ["EXACT_DTYPES", "RULES", "STRUCTURED", "PlanMaker", "Rule", "rule", "structured"]

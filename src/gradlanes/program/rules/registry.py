@@ -16,12 +16,18 @@ import numpy as np
 
 Rule = Callable[..., Any]
 RULES: dict[str, Rule] = {}
+#: Primitives defined by the bits of their operands' own format (bitcast_convert_type, nextafter,
+#: random bits): the float64 reference (`widen`) runs them at the program's dtypes, operands cast
+#: back and dtype params left alone, and widens only their results.
+EXACT_DTYPES: set[str] = set()
 
 
-def rule(*names: str):
+def rule(*names: str, exact_dtypes: bool = False):
     def register(fn: Rule) -> Rule:
         for name in names:
             RULES[name] = fn
+            if exact_dtypes:
+                EXACT_DTYPES.add(name)
         return fn
 
     return register
