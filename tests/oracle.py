@@ -21,6 +21,9 @@ from typing import Any
 import jax
 import ml_dtypes
 import numpy as np
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from gradlanes.program.interpreter import Interpreter
 from gradlanes.program.jaxcompat import is_extended, key_data, sub_jaxprs
@@ -80,6 +83,11 @@ def assert_same(want: np.ndarray, got: np.ndarray, ulps: float = 0.0, label: str
         np.testing.assert_array_equal(got, want, err_msg=label, strict=True)
         return
     w, g = want.astype(np.float64), got.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # inf - inf where both are inf: `exact` covers it
+        return _assert_close(w, g, want, ulps, label)
+
+
+def _assert_close(w: np.ndarray, g: np.ndarray, want: np.ndarray, ulps: float, label: str) -> None:
     nan = np.isnan(w)
     assert np.array_equal(nan, np.isnan(g)), f"{label}: NaN where JAX has none, or the reverse"
     exact = w == g
@@ -117,3 +125,61 @@ def check(fn: Callable, *args: Any, ulps: float = 0.0, expect: str | None = None
     if expect is not None:
         CASES_RUN[expect] += 1
     return found
+
+
+def check_widened(fn: Callable, *args: Any, ulps: float = 4.0, expect: str | None = None) -> None:
+    """The float64 reference of `fn`'s float32 program equals XLA running `fn` in float64.
+
+    `Interpreter(program, widen=True)` stands for the exact result of the float32 program; XLA
+    tracing the same function on the same values held in float64 (x64) computes that exact
+    result too, to float64 rounding, so the two agree within `ulps` float64 ulps (4: a few
+    roundings; a wrongly widened parameter, a float64 bitcast of float32 bits, is off by far more).
+    """
+    closed = jax.make_jaxpr(fn)(*args)
+    flat_args = jax.tree_util.tree_leaves(args)
+    got = [_host(x) for x in Interpreter(closed, widen=True)(*flat_args)]
+    with x64():
+        wide_args = jax.tree_util.tree_map(_to_float64, args)
+        want = [_host(x) for x in jax.tree_util.tree_leaves(jax.jit(fn)(*wide_args))]
+    assert len(got) == len(want), f"{len(got)} outputs, JAX gives {len(want)}"
+    for index, (w, g) in enumerate(zip(want, got, strict=True)):
+        assert_same(w, np.asarray(g), ulps, f"output {index} of the float64 reference of {expect or fn}")
+
+
+def _to_float64(value: Any) -> Any:
+    value = np.asarray(value) if not is_extended(getattr(value, "dtype", None)) else value
+    if getattr(value, "dtype", None) is not None and not is_extended(value.dtype):
+        if value.dtype.kind == "f" or value.dtype == ml_dtypes.bfloat16:
+            return value.astype(np.float64)
+    return value
+
+
+# ---- generated inputs ------------------------------------------------------------------------
+#: Settings of every generated-case test: reproducible in CI (derandomized), no per-example
+#: deadline (the first case of each shape pays an XLA compile).
+RULE_SETTINGS = settings(
+    deadline=None,
+    max_examples=40,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+def shapes(min_dims: int = 0, max_dims: int = 3, min_side: int = 0, max_side: int = 4):
+    """Array shapes, scalars (shape ()) and zero-size arrays included."""
+    return hnp.array_shapes(min_dims=min_dims, max_dims=max_dims, min_side=min_side, max_side=max_side)
+
+
+def arrays(dtype: Any, shape: Any, *, finite: bool = False, elements: Any = None):
+    """Arrays of `dtype` (bfloat16 included) whose values reach the edges: extremes, NaN, inf, -0.0.
+
+    `shape` is a shape or a strategy of shapes. `finite` leaves NaN and inf out.
+    """
+    dtype = np.dtype(dtype)
+    if dtype == ml_dtypes.bfloat16:
+        return arrays(np.float32, shape, finite=finite, elements=elements).map(
+            lambda a: a.astype(ml_dtypes.bfloat16)
+        )
+    if elements is None and dtype.kind == "f":
+        elements = st.floats(width=8 * dtype.itemsize, allow_nan=not finite, allow_infinity=not finite)
+    return hnp.arrays(dtype, shape, elements=elements)
