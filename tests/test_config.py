@@ -98,8 +98,9 @@ def test_semantic_rules():
     assert "'lanes.host.matmul_precision' tf32 is not offered by engine 'interpreter'" in message
     message = problems_of(lambda c: c["lanes"]["host"].update(device="gpu"))
     assert "'lanes.host.device' is 'gpu', but engine 'interpreter' runs on 'cpu'" in message
-    message = problems_of(lambda c: c["lanes"]["host"].update(fuse_steps=2))
-    assert "'lanes.host.fuse_steps' needs an engine that fuses steps; 'interpreter' does not" in message
+    message = problems_of(lambda c: c["lanes"]["softmax_kernel"].update(fuse_steps=2))
+    expected = "'lanes.softmax_kernel.fuse_steps' needs an engine that fuses steps; 'handkernel' does not"
+    assert expected in message
     message = problems_of(lambda c: c["lanes"]["xla_cpu"].update(matmul_precision="tf32"))
     assert "compares lanes that differ in matmul_precision" in message
 

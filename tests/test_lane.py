@@ -164,6 +164,21 @@ def test_fused_steps_compile_once_and_train_like_single_steps(tmp_path, prepared
     np.testing.assert_allclose(fused_losses, single_losses, rtol=1e-5)
 
 
+@pytest.mark.parametrize("batch_size", [64, "full"])
+def test_the_interpreter_fuses_steps_into_records_equal_to_single_steps(tmp_path, prepared_mnist, batch_size):
+    """The scan rule runs the step's own plan K times: the same NumPy calls, so the same bits."""
+    settings = small_lane(engine="interpreter", batch_size=batch_size, train_images=256, steps=12)
+    _, single_paths, single = run(tmp_path, prepared_mnist, settings, name="single")
+    _, fused_paths, fused = run(tmp_path, prepared_mnist, {**settings, "fuse_steps": 4}, name="fused")
+    assert fused["config"]["fuse_steps"] == 4 and fused["compiles"]["train"] == 0
+    for kind in ("train", "test"):
+        single_curve = pd.read_parquet(single_paths.curve).query(f"kind == '{kind}'")
+        fused_curve = pd.read_parquet(fused_paths.curve).query(f"kind == '{kind}'")
+        np.testing.assert_array_equal(fused_curve["loss"].to_numpy(), single_curve["loss"].to_numpy())
+    assert fused["accuracy"] == single["accuracy"]
+    assert fused["loss"] == single["loss"]
+
+
 def test_fuse_steps_must_divide_the_run():
     with pytest.raises(ValueError, match="not a multiple of fuse_steps 5"):
         resolve("probe", small_lane(steps=12, fuse_steps=5), 0, MNIST)

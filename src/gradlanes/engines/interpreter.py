@@ -1,7 +1,8 @@
 """The host interpreter engine: the captured programs evaluated equation by equation in NumPy.
 
 No compiler at all; building the `Interpreter`s walks every program and rejects unsupported
-primitives before the first step (`gradlanes.program.interpreter`).
+primitives before the first step (`gradlanes.program.interpreter`). With `fuse_steps: K` the step
+is the captured `lax.scan` of K steps, run by the interpreter's scan rule: one dispatch, K losses.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class InterpreterEngine:
         self.device_kind = cpu_model()
         self.dispatches = 0
         self._step = Interpreter(program.step, "step program")
+        self._fused = Interpreter(program.fused, "fused-step program") if program.fused is not None else None
         self._forward = Interpreter(program.forward, "forward program")
         self._init_state = Interpreter(program.init_state, "optimizer-init program")
         self._gradient: Interpreter | None = None
@@ -32,15 +34,15 @@ class InterpreterEngine:
         self._carry = leaves + self._init_state(*leaves)
 
     def compile_step(self) -> None:
-        """Nothing to compile: the plan was built with the interpreter."""
+        """Nothing to compile: the plans were built with the interpreters."""
 
     def stage(self, images: np.ndarray, labels: np.ndarray):
         return images, labels
 
     def step(self, batch) -> list[float]:
-        *carry, loss = self._step(*self._carry, *batch)
+        *carry, losses = (self._fused or self._step)(*self._carry, *batch)
         self._carry = carry
-        return [float(loss)]
+        return np.atleast_1d(losses).tolist()
 
     def logits(self, images) -> np.ndarray:
         (logits,) = self._forward(*self._carry[: self.program.n_params], images)
@@ -60,4 +62,5 @@ PLUGIN = EnginePlugin(
     name="interpreter",
     summary="the jaxpr evaluated equation by equation in NumPy on the host (no compiler)",
     create=lambda exp, program: InterpreterEngine(program),
+    fuses_steps=True,
 )

@@ -130,8 +130,7 @@ class _Plan:
             if call is not None:
                 fn, params, multiple = _Plan(*call, widen=widen).run, {}, True
             elif eqn.primitive.name in STRUCTURED:
-                plan = lambda jaxpr, consts: _Plan(jaxpr, consts, widen=widen).run  # noqa: E731
-                fn, params = STRUCTURED[eqn.primitive.name](eqn, plan)
+                fn, params = STRUCTURED[eqn.primitive.name](eqn, _Planner(widen))
                 multiple = eqn.primitive.multiple_results
             else:
                 fn, params = RULES[eqn.primitive.name], dict(eqn.params)
@@ -177,6 +176,17 @@ class _Plan:
         return [env[i] for i in self.output_slots]
 
 
+class _Planner:
+    """What a structured builder gets to plan its nested jaxprs (`rules.PlanMaker`)."""
+
+    def __init__(self, widen: bool):
+        self.widen = widen
+        self.dtype_of = widened if widen else host_dtype
+
+    def __call__(self, jaxpr: Jaxpr, consts: Sequence[Any]):
+        return _Plan(jaxpr, consts, widen=self.widen).run
+
+
 def _as_dtype(value: Any, dtype: Any) -> Any:
     if isinstance(value, KeyArray):
         return value.stamped(dtype)
@@ -215,7 +225,8 @@ class Interpreter:
                 f"the captured {label}; add a rule to gradlanes.program.rules or run this "
                 "lane on engine 'xla'"
             )
-        self._plan = _Plan(program.jaxpr, program.consts, widen=widen)
+        with np.errstate(all="ignore"):  # planning evaluates constant equations
+            self._plan = _Plan(program.jaxpr, program.consts, widen=widen)
         dtype_of = widened if widen else host_dtype
         self._input_dtypes = [dtype_of(v.aval.dtype) for v in program.jaxpr.invars]
         # Without widen, NumPy inputs of the right dtype pass through untouched (the hot path).

@@ -27,6 +27,7 @@ CALL_JAXPR_PARAM = {
     "custom_vjp_call": "call_jaxpr",
     "custom_vjp_call_jaxpr": "fun_jaxpr",
     "remat": "jaxpr",
+    "remat2": "jaxpr",  # jax.checkpoint's primitive in jax 0.10 and 0.11
     "checkpoint": "jaxpr",
 }
 

@@ -10,7 +10,7 @@ rule to run. Modules of this package register into both tables when imported.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -33,8 +33,18 @@ def rule(*names: str, exact_dtypes: bool = False):
     return register
 
 
-#: Plans a nested (closed) jaxpr: (jaxpr, consts) -> a function of its inputs returning a list.
-PlanMaker = Callable[[Any, list], Callable[..., list]]
+class PlanMaker(Protocol):
+    """Plans a nested jaxpr once: (jaxpr, consts) -> a function of its inputs returning a list.
+
+    `dtype_of` maps a jaxpr dtype to the one the plan holds (float64 for floats under widen), for
+    builders that allocate results themselves (a zero-length scan's stacked outputs).
+    """
+
+    dtype_of: Callable[[Any], Any]
+
+    def __call__(self, jaxpr: Any, consts: list) -> Callable[..., list]: ...
+
+
 #: name -> builder(eqn, make_plan) -> (rule, params): control flow that plans its nested jaxprs.
 STRUCTURED: dict[str, Callable[[Any, PlanMaker], tuple[Rule, dict]]] = {}
 

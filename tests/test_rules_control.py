@@ -1,0 +1,121 @@
+"""Control flow in the interpreter against XLA: scan, while, cond, checkpoint and their gradients.
+
+Bodies use operations that are exact in every dtype (doubling, adding an integer-valued constant,
+negation, selection), so any difference from XLA is a control-flow error (wrong iteration order,
+carry, branch or stacking), never rounding: the checks are bit for bit. XLA may contract a
+multiply and an add into one fused multiply-add inside a loop body; with a doubling, the product is
+exact and the FMA rounds the same as the add alone. Rounding-sensitive gradients are checked
+against the float64 reference instead (`check_widened`).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jax import lax
+from oracle import RULE_SETTINGS, SIGNED, arrays, check, check_widened, shapes, x64
+
+COVERED = {"scan", "while", "cond", "empty2"}
+
+#: Dtypes whose doubling and small-integer additions are exact (wrapping for integers, as XLA).
+CARRY_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.int32), np.dtype(np.uint8))
+
+
+def exact_step(carry, x):
+    """A scan body exact in every carry dtype: the new carry and what the iteration emits."""
+    doubled = carry * carry.dtype.type(2) + x
+    return doubled, -carry
+
+
+@settings(parent=RULE_SETTINGS, max_examples=30)
+@given(
+    data=st.data(),
+    dtype=st.sampled_from(CARRY_DTYPES),
+    length=st.integers(0, 5),
+    reverse=st.booleans(),
+)
+def test_scan_carries_and_stacks_like_xla(data, dtype, length, reverse):
+    shape = data.draw(shapes(max_dims=2, max_side=3))
+    carry = data.draw(arrays(dtype, shape, finite=True))
+    xs = data.draw(arrays(dtype, (length, *shape), finite=True))
+    check(lambda c, xs: lax.scan(exact_step, c, xs, reverse=reverse), carry, xs, expect="scan")
+
+
+@settings(parent=RULE_SETTINGS, max_examples=10)
+@given(length=st.integers(0, 4), reverse=st.booleans())
+def test_scan_without_scanned_inputs_and_with_constants(length, reverse):
+    offset = np.arange(3, dtype=np.int32)
+
+    def program(carry, offset):
+        return lax.scan(lambda c, _: (c * 2 + offset, c), carry, None, length=length, reverse=reverse)
+
+    check(program, np.array([1, -2, 3], np.int32), offset, expect="scan")
+
+
+def test_scan_over_prng_keys_unwraps_each_row():
+    keys = jax.random.split(jax.random.key(7), 4)
+    check(lambda k: lax.scan(lambda c, k: (c + 1, jax.random.key_data(k)), 0, k), keys, expect="scan")
+
+
+@settings(parent=RULE_SETTINGS, max_examples=20)
+@given(data=st.data(), dtype=st.sampled_from(CARRY_DTYPES), limit=st.integers(-2, 8))
+def test_while_runs_until_its_condition_fails(data, dtype, limit):
+    value = data.draw(arrays(dtype, shapes(max_dims=2, max_side=3), finite=True))
+    program = lambda x: lax.while_loop(  # noqa: E731
+        lambda c: c[0] < limit, lambda c: (c[0] + 1, c[1] * c[1].dtype.type(2)), (0, x)
+    )
+    check(program, value, expect="while")
+
+
+def test_fori_loop_with_dynamic_bounds_is_a_while():
+    program = lambda n, x: lax.fori_loop(0, n, lambda i, c: c * 2 + i, x)  # noqa: E731
+    for n in (0, 1, 5):
+        check(program, np.int32(n), np.arange(4, dtype=np.int32), expect="while")
+
+
+@settings(parent=RULE_SETTINGS, max_examples=30)
+@given(data=st.data(), index=st.integers(-3, 5), dtype=st.sampled_from(CARRY_DTYPES))
+def test_switch_picks_the_branch_xla_picks_clamping_the_index(data, index, dtype):
+    value = data.draw(arrays(dtype, shapes(max_dims=2, max_side=3), finite=True))
+    branches = [lambda x: x * x.dtype.type(2), lambda x: -x, lambda x: x + x.dtype.type(3)]
+    check(lambda i, x: lax.switch(i, branches, x), np.int32(index), value, expect="cond")
+
+
+@given(pred=st.booleans())
+@settings(parent=RULE_SETTINGS, max_examples=4)
+def test_cond_on_a_boolean_with_several_operands(pred):
+    program = lambda p, a, b: lax.cond(p, lambda a, b: (a + b, b), lambda a, b: (a - b, -b), a, b)  # noqa: E731
+    check(program, np.bool_(pred), np.arange(3, dtype=np.int16), np.int16(5), expect="cond")
+
+
+def test_gradient_of_cond_fills_the_untaken_branch_with_empty2():
+    x = np.linspace(-1, 1, 5, dtype=np.float32)
+    for p in (np.float32(1.0), np.float32(-1.0)):
+        program = jax.grad(lambda p, x: lax.cond(p > 0, lambda x: x * 2, lambda x: x * x, x).sum(), argnums=1)
+        check(program, p, x, expect="empty2")
+        check_widened(program, p, x)
+
+
+def test_gradient_of_checkpoint_and_of_scan_against_the_float64_reference():
+    x = np.linspace(-1, 1, 4, dtype=np.float32)
+    xs = np.linspace(0.5, 1.5, 12, dtype=np.float32).reshape(3, 4)
+    remat = jax.grad(lambda x: jax.checkpoint(lambda z: jnp.sin(z) * z)(x).sum())
+    check(remat, x, ulps=4, expect="remat2")  # sin (4 ulp) times z and a cos product: see oracle
+    check_widened(remat, x)
+    scanned = jax.grad(lambda c, xs: lax.scan(lambda c, x: (jnp.sin(c) * x, c), c, xs)[0].sum())
+    check_widened(scanned, x, xs)
+
+
+def test_scan_in_x64_with_int64_carries_wraps_like_xla():
+    with x64():
+        big = np.array([2**62, -(2**62), 3], np.int64)
+        check(lambda c: lax.scan(lambda c, _: (c * 2 + 1, c), c, None, length=3), big, expect="scan")
+        for dtype in SIGNED:
+            check(
+                lambda c: lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * 2), (0, c)),
+                np.array([1, -1], dtype),
+                expect="while",
+            )
