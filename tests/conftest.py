@@ -77,9 +77,26 @@ def small_lane(**overrides) -> dict:
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The number of generated interpreter-vs-XLA cases that passed, per rule and in total."""
+    """Generated interpreter-vs-XLA cases per rule, and the interpreter's coverage of the corpus."""
+    from corpus import RESULTS, corpus
     from oracle import CASES_RUN
 
+    from gradlanes.program.interpreter import RULES, STRUCTURED
+    from gradlanes.program.jaxcompat import CALL_JAXPR_PARAM
+
+    if RESULTS:
+        programs = corpus()
+        ran = [p.name for p in programs if RESULTS.get(p.name, "").startswith("ran")]
+        supported = [p.name for p in programs if RESULTS.get(p.name) in ("supported",) or p.name in ran]
+        terminalreporter.write_sep("-", "interpreter coverage of the training-program corpus")
+        terminalreporter.write_line(
+            f"corpus: {len(ran)} / {len(programs)} programs ran and matched XLA under the float64-reference "
+            f"measure, {len(supported)} / {len(programs)} fully supported; "
+            f"{len(RULES) + len(STRUCTURED) + len(CALL_JAXPR_PARAM)} primitives supported"
+        )
+        for name in sorted(RESULTS):
+            if not RESULTS[name].startswith(("ran", "supported")):
+                terminalreporter.write_line(f"  {name}: {RESULTS[name]}")
     if CASES_RUN:
         per_rule = ", ".join(f"{name} {count}" for name, count in sorted(CASES_RUN.items()))
         terminalreporter.write_sep("-", "interpreter rules checked against XLA")
