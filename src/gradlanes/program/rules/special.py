@@ -1,3 +1,518 @@
-"""Special functions (erf and friends, lgamma, digamma) with XLA's float32 accuracy."""
+"""Special functions (erf and friends, lgamma, digamma, ...) computed the way XLA computes them.
+
+XLA has no exact formula for these: each is an approximation (a rational polynomial, Lanczos' sum,
+a continued fraction), and its error is larger than a rounding, sometimes much larger (XLA's float32
+lgamma near its zeros at 1 and 2 is off by thousands of ulps). A rule that returned the exact value
+would therefore disagree with the XLA lane by that error. So each rule here evaluates XLA's own
+algorithm, operation by operation in the same order and at the same precision: float32 for float32,
+float16 and bfloat16 (XLA upcasts those, computes in float32 and rounds back), float64 for float64.
+
+Where the algorithm is only + - * / sqrt floor and fused multiply-adds (erf in float32, the Bessel
+functions, erfc for |x| < 1) this is XLA's result bit for bit. Where it calls exp, log, log1p, sin,
+cos or pow, those calls are evaluated in float64 and rounded (0.5 ulp), while XLA uses its own
+approximations (documented to 1 to 6 ulps), so the results differ by the propagation of that
+difference; the tests derive the budget for each function from it.
+
+XLA's CPU backend flushes subnormal floats to zero (inputs and results of every float32 and float64
+operation), so these rules flush too: erf(1e-39) is 0 on XLA and here.
+
+Sources: the decompositions of StableHLO's `chlo` dialect (ChloLegalizeToStablehlo.cpp: erfc,
+erf_inv, lgamma, digamma, zeta, polygamma, bessel_i1e), XLA's CPU intrinsic for float32 erf
+(xla/codegen/intrinsic/erf.cc; float64 erf is the C library's), and jax/_src/lax/special.py
+(igamma and relatives, regularized_incomplete_beta, bessel_i0e), as XLA optimizes them (divisions
+by a constant become multiplications by its reciprocal).
+"""
 
 from __future__ import annotations
+
+import functools
+import math
+
+import ml_dtypes
+import numpy as np
+import scipy.special
+
+from gradlanes.program.rules.registry import rule
+
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
+
+
+# ---- working precision, flushing and the transcendental steps --------------------------------
+def _working_dtype(dtype: np.dtype) -> np.dtype:
+    """The precision XLA computes a special function of `dtype` in (narrower floats upcast)."""
+    dtype = np.dtype(dtype)
+    if dtype == F64:
+        return F64
+    if dtype in (F32, np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)):
+        return F32
+    raise TypeError(f"special functions take float16, bfloat16, float32 or float64, not {dtype}")
+
+
+def _flush(a: np.ndarray) -> np.ndarray:
+    """Subnormals to zero of the same sign, as XLA's CPU code runs (FTZ and DAZ set)."""
+    a = np.asarray(a)
+    return np.where(np.abs(a) < np.finfo(a.dtype).tiny, np.copysign(a.dtype.type(0), a), a)
+
+
+def _elementwise(arity: int):
+    """A rule computed in XLA's working precision: operands upcast and flushed, result rounded back."""
+
+    def wrap(compute):
+        @functools.wraps(compute)
+        def rule_fn(*operands, **_):
+            operands = [np.asarray(x) for x in operands[:arity]]
+            dtype = operands[0].dtype
+            work = _working_dtype(dtype)
+            for x in operands[1:]:
+                if x.dtype != dtype:
+                    raise TypeError(f"{compute.__name__}: operands of dtypes {dtype} and {x.dtype}")
+            with np.errstate(all="ignore"):
+                result = compute(*[_flush(x.astype(work)) for x in operands])
+                return _flush(np.asarray(result, work)).astype(dtype)
+
+        return rule_fn
+
+    return wrap
+
+
+def _c(like: np.ndarray, value: float):
+    """A constant in the working precision (XLA rounds the algorithm's double constants to it)."""
+    return like.dtype.type(value)
+
+
+def _via_float64(fn):
+    """A transcendental step: float64's result rounded to the working precision, then flushed."""
+
+    def step(*args):
+        dtype = np.asarray(args[0]).dtype
+        result = fn(*[np.asarray(a, F64) for a in args])
+        return _flush(np.asarray(result).astype(dtype))
+
+    return step
+
+
+_exp = _via_float64(np.exp)
+_log = _via_float64(np.log)
+_sin = _via_float64(np.sin)
+_cos = _via_float64(np.cos)
+_pow = _via_float64(np.power)
+
+
+def _fma32(a, b, c) -> np.ndarray:
+    """float32 a*b + c rounded once, as the FMA instruction does (float64 holds a*b exactly)."""
+    a, b, c = (np.asarray(v, F32).astype(F64) for v in (a, b, c))
+    product = a * b
+    total = product + c
+    # total + error == product + c exactly (TwoSum); total is then within half a float64 ulp, and
+    # rounding it to float32 is the single rounding except when it lands exactly on a float32
+    # midpoint, where the sign of the error decides.
+    back = total - product
+    error = (product - (total - back)) + (c - back)
+    rounded = total.astype(F32)
+    neighbour = np.nextafter(rounded, np.where(total > rounded, F32.type(np.inf), F32.type(-np.inf)))
+    midpoint = (rounded.astype(F64) + neighbour.astype(F64)) * 0.5
+    on_midpoint = (total == midpoint) & (error != 0) & np.isfinite(total)
+    nudged = np.nextafter(total, np.where(error > 0, np.inf, -np.inf)).astype(F32)
+    return np.where(on_midpoint, nudged, rounded)
+
+
+def _split(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Veltkamp's split of a float64 into two halves of 26 bits (hi + lo == a exactly)."""
+    scaled = a * 134217729.0  # 2**27 + 1
+    hi = scaled - (scaled - a)
+    return hi, a - hi
+
+
+def _fma64(a, b, c) -> np.ndarray:
+    """float64 a*b + c with one rounding (Dekker's exact product and TwoSum; a double rounding of
+    the last bit is left only where the exact sum sits within 2**-50 ulp of a midpoint)."""
+    a, b, c = (np.asarray(v, F64) for v in (a, b, c))
+    product = a * b
+    a_hi, a_lo = _split(a)
+    b_hi, b_lo = _split(b)
+    product_error = ((a_hi * b_hi - product) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo
+    total = product + c
+    back = total - product
+    sum_error = (product - (total - back)) + (c - back)
+    fused = total + (sum_error + product_error)
+    # Where the split overflows (|a| or |b| above 2**996) or a value is not finite, the plain
+    # expression is what the FMA gives too (inf, nan), or near enough for such magnitudes.
+    exact = np.isfinite(fused) & (np.abs(a) < 2.0**996) & (np.abs(b) < 2.0**996)
+    return np.where(exact, fused, product + c)
+
+
+def _mul_add(a, b, c) -> np.ndarray:
+    """a*b + c as XLA's CPU code computes it: LLVM contracts a multiply feeding an add into an FMA."""
+    a = np.asarray(a)
+    return _fma32(a, b, c) if a.dtype == F32 else _fma64(a, b, c)
+
+
+def _poly(x: np.ndarray, coefficients) -> np.ndarray:
+    """Horner's rule, highest power first: one FMA per coefficient (XLA's contracted loop)."""
+    result = np.full_like(x, coefficients[0])
+    for c in coefficients[1:]:
+        result = _mul_add(result, x, _c(x, c))
+    return result
+
+
+#: XLA's log1p (xla/codegen/intrinsic/log1p.cc): Cephes' rational approximation for |x| < sqrt(2) - 1,
+#: log(1 + x) beyond. Cephes fits it on [sqrt(2)/2 - 1, sqrt(2) - 1] only, so XLA's result for x in
+#: (1 - sqrt(2), sqrt(2)/2 - 1) is less accurate (129 float64 ulps near -0.414): mirrored, not fixed.
+_LOG1P_NUMERATOR = (4.5270000862445199635215e-5, 4.9854102823193375972212e-1,
+                    6.5787325942061044846969e0, 2.9911919328553073277375e1,
+                    6.0949667980987787057556e1, 5.7112963590585538103336e1,
+                    2.0039553499201281259648e1)  # fmt: skip
+_LOG1P_DENOMINATOR = (1.0, 1.5062909083469192043167e1, 8.3047565967967209469434e1,
+                      2.2176239823732856465394e2, 3.0909872225312059774938e2,
+                      2.1642788614495947685003e2, 6.0118660497603843919306e1)  # fmt: skip
+
+
+def _log1p(x: np.ndarray) -> np.ndarray:
+    x2 = x * x
+    small = (x * x2) * (_poly(x, _LOG1P_NUMERATOR) / _poly(x, _LOG1P_DENOMINATOR))
+    small = x + _mul_add(_c(x, -0.5), x2, small)
+    return np.where(np.abs(x) < _c(x, 0.41421356237309504880), small, _log(x + _c(x, 1.0)))
+
+
+# ---- erf, erfc, erf_inv ----------------------------------------------------------------------
+#: XLA's float32 erf (Eigen's rational interpolant): x P(x^2) / Q(x^2), evaluated with FMAs.
+_ERF_ALPHA = (0.00022905065861350646, 0.0034082910107109506, 0.050955695062380861,
+              0.18520832239976145, 1.128379143519084)  # fmt: skip
+_ERF_BETA = (-1.1791602954361697e-7, 0.000023547966471313185, 0.0010179625278914885,
+             0.014070470171167667, 0.11098505178285362, 0.49746925110067538, 1.0)  # fmt: skip
+
+
+def _erf32(x: np.ndarray) -> np.ndarray:
+    x2 = x * x
+    p = _fma32(x2, _c(x, _ERF_ALPHA[0]), _c(x, _ERF_ALPHA[1]))
+    for c in _ERF_ALPHA[2:]:
+        p = _fma32(x2, p, _c(x, c))
+    p = x * p
+    q = _fma32(x2, _c(x, _ERF_BETA[0]), _c(x, _ERF_BETA[1]))
+    for c in _ERF_BETA[2:]:
+        q = _fma32(x2, q, _c(x, c))
+    # From here on float32's erf rounds to +-1, the polynomial is not used.
+    saturated = _c(x, 3.832506856900711) <= np.abs(x)
+    return np.where(saturated, np.copysign(_c(x, 1.0), x), p / q)
+
+
+@rule("erf")
+@_elementwise(1)
+def erf(x):
+    if x.dtype == F32:
+        return _erf32(x)
+    return scipy.special.erf(x)  # XLA calls the C library's erf; SciPy's (Cephes) is as accurate
+
+
+#: Cephes' float32 erf for |x| < 1 (x T(x^2)) and erfc for |x| >= 1 (exp(-x^2) / |x| P or R of 1/x^2).
+_ERF_T32 = (7.853861353153693e-5, -8.010193625184903e-4, 5.188327685732524e-3,
+            -2.685381193529856e-2, 1.128358514861418e-1, -3.761262582423300e-1, 1.128379165726710e0,
+            )  # fmt: skip
+_ERFC_P32 = (2.326819970068386e-2, -1.387039388740657e-1, 3.687424674597105e-1,
+             -5.824733027278666e-1, 6.210004621745983e-1, -4.944515323274145e-1,
+             3.404879937665872e-1, -2.741127028184656e-1, 5.638259427386472e-1)  # fmt: skip
+_ERFC_R32 = (-1.047766399936249e1, 1.297719955372516e1, -7.495518717768503e0, 2.921019019210786e0,
+             -1.015265279202700e0, 4.218463358204948e-1, -2.820767439740514e-1,
+             5.641895067754075e-1)  # fmt: skip
+#: Cephes' float64 erf for |x| < 1 (x T(x^2) / U(x^2)) and erfc for |x| >= 1 (P/Q below 8, R/S above).
+_ERF_T64 = (9.60497373987051638749e0, 9.00260197203842689217e1, 2.23200534594684319226e3,
+            7.00332514112805075473e3, 5.55923013010394962768e4)  # fmt: skip
+_ERF_U64 = (1.0, 3.35617141647503099647e1, 5.21357949780152679795e2, 4.59432382970980127987e3,
+            2.26290000613890934246e4, 4.92673942608635921086e4)  # fmt: skip
+_ERFC_P64 = (2.46196981473530512524e-10, 5.64189564831068821977e-1, 7.46321056442269912687e0,
+             4.86371970985681366614e1, 1.96520832956077098242e2, 5.26445194995477358631e2,
+             9.34528527171957607540e2, 1.02755188689515710272e3, 5.57535335369399327526e2)  # fmt: skip
+_ERFC_Q64 = (1.0, 1.32281951154744992508e1, 8.67072140885989742329e1, 3.54937778887819891062e2,
+             9.75708501743205489753e2, 1.82390916687909736289e3, 2.24633760818710981792e3,
+             1.65666309194161350182e3, 5.57535340817727675546e2)  # fmt: skip
+_ERFC_R64 = (5.64189583547755073984e-1, 1.27536670759978104416e0, 5.01905042251180477414e0,
+             6.16021097993053585195e0, 7.40974269950448939160e0, 2.97886665372100240670e0)  # fmt: skip
+_ERFC_S64 = (1.0, 2.26052863220117276590e0, 9.39603524938001434673e0, 1.20489539808096656605e1,
+             1.70814450747565897222e1, 9.60896809063285878198e0, 3.36907645100081516050e0)  # fmt: skip
+
+
+def _erfc32(x: np.ndarray) -> np.ndarray:
+    one, two = _c(x, 1.0), _c(x, 2.0)
+    x2 = x * x
+    near = _mul_add(-x, _poly(x2, _ERF_T32), one)
+    ax = np.abs(x)
+    inv_x2 = one / x2
+    tail = _flush(_exp(-x2) * (one / ax)) * np.where(
+        ax < two, _poly(inv_x2, _ERFC_P32), _poly(inv_x2, _ERFC_R32)
+    )
+    tail = np.where(-x2 < _c(x, -88.72283905206835), _c(x, 0.0), _flush(tail))
+    far = np.where(x < 0, two - tail, tail)
+    return np.where(ax < one, near, far)
+
+
+def _erfc64(x: np.ndarray) -> np.ndarray:
+    one = _c(x, 1.0)
+    x2 = x * x
+    near = one - x * _poly(x2, _ERF_T64) / _poly(x2, _ERF_U64)
+    ax = np.abs(x)
+    exp_z = _exp(-x2)
+    below_8 = _flush(exp_z * _poly(ax, _ERFC_P64)) / _poly(ax, _ERFC_Q64)
+    above_8 = _flush(exp_z * _poly(ax, _ERFC_R64)) / _poly(ax, _ERFC_S64)
+    tail = np.where(-x2 < _c(x, -7.09782712893383996843e2), _c(x, 0.0), np.where(ax < 8, below_8, above_8))
+    far = np.where(x < 0, _c(x, 2.0) - _flush(tail), tail)
+    return np.where(ax < one, near, far)
+
+
+@rule("erfc")
+@_elementwise(1)
+def erfc(x):
+    return _erfc32(x) if x.dtype == F32 else _erfc64(x)
+
+
+#: Giles' erfinv ("Approximating the erfinv function", GPU Computing Gems, 2011): polynomials in
+#: w - 2.5 (w < 5) or sqrt(w) - 3 (float32), and three ranges for float64; w = -log(1 - x^2).
+_ERF_INV32_NEAR = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+                   -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)  # fmt: skip
+_ERF_INV32_FAR = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+                  -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)  # fmt: skip
+_ERF_INV64_NEAR = (-3.6444120640178196996e-21, -1.685059138182016589e-19, 1.2858480715256400167e-18,
+                   1.115787767802518096e-17, -1.333171662854620906e-16, 2.0972767875968561637e-17,
+                   6.6376381343583238325e-15, -4.0545662729752068639e-14,
+                   -8.1519341976054721522e-14, 2.6335093153082322977e-12,
+                   -1.2975133253453532498e-11, -5.4154120542946279317e-11, 1.051212273321532285e-09,
+                   -4.1126339803469836976e-09, -2.9070369957882005086e-08,
+                   4.2347877827932403518e-07, -1.3654692000834678645e-06,
+                   -1.3882523362786468719e-05, 0.0001867342080340571352, -0.00074070253416626697512,
+                   -0.0060336708714301490533, 0.24015818242558961693, 1.6536545626831027356)  # fmt: skip
+_ERF_INV64_MID = (2.2137376921775787049e-09, 9.0756561938885390979e-08, -2.7517406297064545428e-07,
+                  1.8239629214389227755e-08, 1.5027403968909827627e-06, -4.013867526981545969e-06,
+                  2.9234449089955446044e-06, 1.2475304481671778723e-05, -4.7318229009055733981e-05,
+                  6.8284851459573175448e-05, 2.4031110387097893999e-05, -0.0003550375203628474796,
+                  0.00095328937973738049703, -0.0016882755560235047313, 0.0024914420961078508066,
+                  -0.0037512085075692412107, 0.005370914553590063617, 1.0052589676941592334,
+                  3.0838856104922207635)  # fmt: skip
+_ERF_INV64_FAR = (-2.7109920616438573243e-11, -2.5556418169965252055e-10, 1.5076572693500548083e-09,
+                  -3.7894654401267369937e-09, 7.6157012080783393804e-09, -1.4960026627149240478e-08,
+                  2.9147953450901080826e-08, -6.7711997758452339498e-08, 2.2900482228026654717e-07,
+                  -9.9298272942317002539e-07, 4.5260625972231537039e-06, -1.9681778105531670567e-05,
+                  7.5995277030017761139e-05, -0.00021503011930044477347, -0.00013871931833623122026,
+                  1.0103004648645343977, 4.8499064014085844221)  # fmt: skip
+
+
+def _coefficients(choices) -> list:
+    """Per-element coefficient arrays: `choices` is [(mask, coefficients), ..., (None, default)]."""
+    *masked, (_, default) = choices
+    columns = []
+    for i in range(len(default)):
+        column = default[i]
+        for mask, coefficients in reversed(masked):
+            column = np.where(mask, coefficients[i], column)
+        columns.append(column)
+    return columns
+
+
+def _erf_inv32(x: np.ndarray) -> np.ndarray:
+    w = -_log1p(x * -x)
+    near = w < _c(x, 5.0)
+    w = np.where(near, w - _c(x, 2.5), np.sqrt(w) - _c(x, 3.0))
+    coefficients = _coefficients([(near, [_c(x, c) for c in _ERF_INV32_NEAR]),
+                                  (None, [_c(x, c) for c in _ERF_INV32_FAR])])  # fmt: skip
+    p = coefficients[0]
+    for c in coefficients[1:]:
+        p = _mul_add(p, w, c)
+    return np.where(np.abs(x) == 1, x * _c(x, np.inf), p * x)
+
+
+def _erf_inv64(x: np.ndarray) -> np.ndarray:
+    w = -_log1p(x * -x)
+    below_625, below_16 = w < _c(x, 6.25), w < _c(x, 16.0)
+    # The three polynomials have 23, 19 and 17 coefficients: the shorter ones start later.
+    near = [_c(x, c) for c in _ERF_INV64_NEAR]
+    mid = [_c(x, c) for c in _ERF_INV64_MID]
+    far = [_c(x, c) for c in _ERF_INV64_FAR]
+    coefficient = []
+    for i in range(23):
+        c = near[i]
+        if i < 19:
+            c = np.where(below_625, c, mid[i])
+        if i < 17:
+            c = np.where(below_16, c, far[i])
+        coefficient.append(c)
+    shifted = np.sqrt(w) - np.where(below_16, _c(x, 3.25), _c(x, 5.0))
+    w = np.where(below_625, w - _c(x, 3.125), shifted)
+    p = coefficient[0]
+    for i in range(1, 17):
+        p = _mul_add(p, w, coefficient[i])
+    for i in range(17, 19):
+        p = np.where(below_16, _mul_add(p, w, coefficient[i]), p)
+    for i in range(19, 23):
+        p = np.where(below_625, _mul_add(p, w, coefficient[i]), p)
+    return np.where(np.abs(x) == 1, x * _c(x, np.inf), p * x)
+
+
+@rule("erf_inv")
+@_elementwise(1)
+def erf_inv(x):
+    return _erf_inv32(x) if x.dtype == F32 else _erf_inv64(x)
+
+
+# ---- lgamma, digamma (Lanczos' approximation, g = 7, n = 9) ----------------------------------
+_LANCZOS_G = 7.0
+_LANCZOS_BASE = 0.99999999999980993227684700473478
+_LANCZOS = (676.520368121885098567009190444019, -1259.13921672240287047156078755283,
+            771.3234287776530788486528258894, -176.61502916214059906584551354,
+            12.507343278686904814458936853, -0.13857109526572011689554707,
+            9.984369578019570859563e-6, 1.50563273514931155834e-7)  # fmt: skip
+
+
+def _reflected_argument(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """z = -x where x < 1/2 (Euler's reflection is used there), else x - 1."""
+    reflect = x < _c(x, 0.5)
+    return reflect, np.where(reflect, -x, x + _c(x, -1.0))
+
+
+def _log_lanczos_t(z: np.ndarray) -> np.ndarray:
+    """log(z + g + 1/2) as log(g + 1/2) + log1p(z / (g + 1/2)), the division as XLA folds it."""
+    reciprocal = _c(z, 1.0) / _c(z, _LANCZOS_G + 0.5)
+    return _log1p(z * reciprocal) + _c(z, math.log(_LANCZOS_G + 0.5))
+
+
+def _lgamma(x: np.ndarray) -> np.ndarray:
+    half, one = _c(x, 0.5), _c(x, 1.0)
+    reflect, z = _reflected_argument(x)
+    a = np.full_like(x, _LANCZOS_BASE)
+    for k, coefficient in enumerate(_LANCZOS, start=1):
+        a = a + _c(x, coefficient) / (z + _c(x, k))
+    log_t = _log_lanczos_t(z)
+    t = z + _c(x, _LANCZOS_G + 0.5)
+    # (z + 1/2) log t - t, written so that t does not overflow first
+    lgamma_sum = (z + half) - t / log_t
+    lgamma = _mul_add(lgamma_sum, log_t, _c(x, (math.log(2) + math.log(math.pi)) / 2)) + _log(a)
+    # Reflection: lgamma(x) = log(pi) - log|sin(pi x)| - lgamma(1 - x), with sin's argument folded
+    # into [0, 1/2] through |x|'s fractional part.
+    ax = np.abs(x)
+    frac = ax - np.floor(ax)
+    frac = np.where(half < frac, one - frac, frac)
+    log_sin = _log(_sin(frac * _c(x, math.pi)))
+    reflected = np.where(np.isfinite(log_sin), (_c(x, math.log(math.pi)) - log_sin) - lgamma, -log_sin)
+    result = np.where(reflect, reflected, lgamma)
+    return np.where(np.isinf(x), _c(x, np.inf), result)
+
+
+@rule("lgamma")
+@_elementwise(1)
+def lgamma(x):
+    return _lgamma(x)
+
+
+def _digamma(x: np.ndarray) -> np.ndarray:
+    half, zero = _c(x, 0.5), _c(x, 0.0)
+    reflect, z = _reflected_argument(x)
+    a = np.full_like(x, _LANCZOS_BASE)
+    a_prime = np.zeros_like(x)
+    for k, coefficient in enumerate(_LANCZOS, start=1):
+        shifted = z + _c(x, k)
+        a_prime = a_prime - _c(x, coefficient) / (shifted * shifted)
+        a = a + _c(x, coefficient) / shifted
+    log_t = _log_lanczos_t(z)
+    t = z + _c(x, _LANCZOS_G + 0.5)
+    digamma = (log_t + a_prime / a) - _c(x, _LANCZOS_G) / t
+    # Reflection: digamma(x) = digamma(1 - x) - pi cot(pi x), x moved into [-1/2, 1/2] first.
+    reduced = x + np.abs(np.floor(x + half))
+    pi = _c(x, math.pi)
+    angle = reduced * pi
+    reflected = digamma - (_cos(angle) * pi) / _sin(angle)
+    result = np.where(reflect, reflected, digamma)
+    pole = (x <= zero) & (x == np.floor(x))
+    return np.where(pole, _c(x, np.nan), result)
+
+
+@rule("digamma")
+@_elementwise(1)
+def digamma(x):
+    return _digamma(x)
+
+
+# ---- exponentially scaled Bessel functions I0 and I1 (Cephes' Chebyshev series) -------------
+_I0E_A32 = (-1.30002500998624804212e-8, 6.04699502254191894932e-8, -2.67079385394061173391e-7,
+            1.11738753912010371815e-6, -4.41673835845875056359e-6, 1.64484480707288970893e-5,
+            -5.75419501008210370398e-5, 1.88502885095841655729e-4, -5.76375574538582365885e-4,
+            1.63947561694133579842e-3, -4.32430999505057594430e-3, 1.05464603945949983183e-2,
+            -2.37374148058994688156e-2, 4.93052842396707084878e-2, -9.49010970480476444210e-2,
+            1.71620901522208775349e-1, -3.04682672343198398683e-1, 6.76795274409476084995e-1)  # fmt: skip
+_I0E_B32 = (3.39623202570838634515e-9, 2.26666899049817806459e-8, 2.04891858946906374183e-7,
+            2.89137052083475648297e-6, 6.88975834691682398426e-5, 3.36911647825569408990e-3,
+            8.04490411014108831608e-1)  # fmt: skip
+_I0E_A64 = (-4.41534164647933937950e-18, 3.33079451882223809783e-17, -2.43127984654795469359e-16,
+            1.71539128555513303061e-15, -1.16853328779934516808e-14, 7.67618549860493561688e-14,
+            -4.85644678311192946090e-13, 2.95505266312963983461e-12, -1.72682629144155570723e-11,
+            9.67580903537323691224e-11, -5.18979560163526290666e-10, 2.65982372468238665035e-9,
+            ) + _I0E_A32  # fmt: skip
+_I0E_B64 = (-7.23318048787475395456e-18, -4.83050448594418207126e-18, 4.46562142029675999901e-17,
+            3.46122286769746109310e-17, -2.82762398051658348494e-16, -3.42548561967721913462e-16,
+            1.77256013305652638360e-15, 3.81168066935262242075e-15, -9.55484669882830764870e-15,
+            -4.15056934728722208663e-14, 1.54008621752140982691e-14, 3.85277838274214270114e-13,
+            7.18012445138366623367e-13, -1.79417853150680611778e-12, -1.32158118404477131188e-11,
+            -3.14991652796324136454e-11, 1.18891471078464383424e-11, 4.94060238822496958910e-10,
+            ) + _I0E_B32  # fmt: skip
+_I1E_A32 = (9.38153738649577178388e-9, -4.44505912879632808065e-8, 2.00329475355213526229e-7,
+            -8.56872026469545474066e-7, 3.47025130813767847674e-6, -1.32731636560394358279e-5,
+            4.78156510755005422638e-5, -1.61760815825896745588e-4, 5.12285956168575772895e-4,
+            -1.51357245063125314899e-3, 4.15642294431288815669e-3, -1.05640848946261981558e-2,
+            2.47264490306265168283e-2, -5.29459812080949914269e-2, 1.02643658689847095384e-1,
+            -1.76416518357834055153e-1, 2.52587186443633654823e-1)  # fmt: skip
+_I1E_B32 = (-3.83538038596423702205e-9, -2.63146884688951950684e-8, -2.51223623787020892529e-7,
+            -3.88256480887769039346e-6, -1.10588938762623716291e-4, -9.76109749136146840777e-3,
+            7.78576235018280120474e-1)  # fmt: skip
+_I1E_A64 = (2.77791411276104639959e-18, -2.11142121435816608115e-17, 1.55363195773620046921e-16,
+            -1.10559694773538630805e-15, 7.60068429473540693410e-15, -5.04218550472791168711e-14,
+            3.22379336594557470981e-13, -1.98397439776494371520e-12, 1.17361862988909016308e-11,
+            -6.66348972350202774223e-11, 3.62559028155211703701e-10, -1.88724975172282928790e-9,
+            ) + _I1E_A32  # fmt: skip
+_I1E_B64 = (7.51729631084210481353e-18, 4.41434832307170791151e-18, -4.65030536848935832153e-17,
+            -3.20952592199342395980e-17, 2.96262899764595013876e-16, 3.30820231092092828324e-16,
+            -1.88035477551078244854e-15, -3.81440307243700780478e-15, 1.04202769841288027642e-14,
+            4.27244001671195135429e-14, -2.10154184277266431302e-14, -4.08355111109219731823e-13,
+            -7.19855177624590851209e-13, 2.03562854414708950722e-12, 1.41258074366137813316e-11,
+            3.25260358301548823856e-11, -1.89749581235054123450e-11, -5.58974346219658380687e-10,
+            ) + _I1E_B32  # fmt: skip
+
+
+def _chebyshev(x: np.ndarray, coefficients) -> np.ndarray:
+    """Clenshaw's recurrence b0 = x b1 - b2 + c, halved (b0 - b2) at the end.
+
+    XLA folds the recurrence's zero start (b1 = b2 = 0), so the first step is x*0 + c, the second
+    x b1 + c (one FMA each); after that the multiply-subtract is the FMA and + c a separate add.
+    """
+    b2 = np.zeros_like(x)
+    b1 = np.zeros_like(x)
+    b0 = _mul_add(x, b1, _c(x, coefficients[0]))
+    for i, c in enumerate(coefficients[1:]):
+        b2, b1 = b1, b0
+        b0 = _mul_add(x, b1, _c(x, c)) if i == 0 else _mul_add(x, b1, -b2) + _c(x, c)
+    return (b0 - b2) * _c(x, 0.5)
+
+
+def _rsqrt(x: np.ndarray) -> np.ndarray:
+    # XLA's float32 rsqrt refines the CPU's estimate with Newton steps (within 1 ulp of this).
+    return _c(x, 1.0) / np.sqrt(x)
+
+
+def _bessel_tail(ax: np.ndarray, coefficients) -> np.ndarray:
+    """The |x| > 8 series in 32/|x| - 2, over sqrt|x| (XLA multiplies by its rsqrt)."""
+    return _chebyshev(_c(ax, 32.0) / ax - _c(ax, 2.0), coefficients) * _rsqrt(ax)
+
+
+@rule("bessel_i0e")
+@_elementwise(1)
+def bessel_i0e(x):
+    a, b = (_I0E_A32, _I0E_B32) if x.dtype == F32 else (_I0E_A64, _I0E_B64)
+    ax = np.abs(x)
+    near = _chebyshev(_mul_add(ax, _c(x, 0.5), _c(x, -2.0)), a)
+    return np.where(ax <= _c(x, 8.0), near, _bessel_tail(ax, b))
+
+
+@rule("bessel_i1e")
+@_elementwise(1)
+def bessel_i1e(x):
+    a, b = (_I1E_A32, _I1E_B32) if x.dtype == F32 else (_I1E_A64, _I1E_B64)
+    ax = np.abs(x)
+    near = ax * _chebyshev(_mul_add(ax, _c(x, 0.5), _c(x, -2.0)), a)
+    sign = np.where((x == 0) | np.isnan(x), x, np.copysign(_c(x, 1.0), x))  # XLA's sign(-0.0) is -0.0
+    return sign * np.where(ax <= _c(x, 8.0), near, _bessel_tail(ax, b))
