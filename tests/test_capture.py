@@ -10,7 +10,7 @@ from conftest import REPO, small_lane
 
 from gradlanes.data.description import MNIST
 from gradlanes.engines.compiles import compile_window
-from gradlanes.experiment.models import ModelSpec, init_params
+from gradlanes.experiment.models import ModelSpec, forward, init_params
 from gradlanes.experiment.spec import resolve
 from gradlanes.program.capture import capture
 from gradlanes.program.interpreter import Interpreter
@@ -31,6 +31,7 @@ COMBINATIONS = [
     small_lane(loss="xent", optimizer="sgd", learning_rate=0.1),
     small_lane(model="softmax", loss="xent", optimizer="sgd", init="zeros", learning_rate=0.1),
     small_lane(model="softmax", loss="mse", optimizer="adam", schedule="cosine", batch_size="full"),
+    small_lane(model="cnn", loss="xent", optimizer="adam", batch_size=16, schedule="cosine"),
 ]
 
 
@@ -116,6 +117,23 @@ def test_initial_weights_are_bit_identical_per_seed_and_differ_across_seeds():
     assert not np.array_equal(first["w1"], other["w1"])
     assert float(np.std(first["w1"])) == pytest.approx(np.sqrt(1 / 784), rel=0.15)
     assert not first["b1"].any()
+
+
+def test_lenet_is_sized_by_the_images_and_refuses_images_too_small():
+    from gradlanes.data.description import DatasetDescription
+
+    assert ModelSpec.for_dataset("cnn", MNIST).shapes()["w3"] == (5 * 5 * 16, 120)  # S4 maps of 5x5
+    wide = DatasetDescription("wide", 3, (28, 20), 100, 10, {})
+    spec = ModelSpec.for_dataset("cnn", wide)
+    assert spec.shapes()["w3"] == (16 * 5 * 3, 120) and spec.shapes()["w5"] == (84, 3)
+    params = init_params(spec, 0)
+    images = np.zeros((2, 28 * 20), np.float32)
+    assert np.asarray(jax.jit(lambda p, x: forward(spec, p, x))(params, images)).shape == (2, 3)
+    tiny = DatasetDescription("tiny", 10, (11, 11), 100, 10, {})
+    with pytest.raises(ValueError, match="needs images of at least 12x12 pixels; these are 11x11"):
+        ModelSpec.for_dataset("cnn", tiny).shapes()
+    with pytest.raises(ValueError, match="convolves 2-D images"):
+        ModelSpec("cnn", 784, 10, image_shape=(784,)).shapes()
 
 
 def test_config_lanes_sharing_a_model_share_a_key():

@@ -95,10 +95,9 @@ def resolve(lane: str, settings: dict, seed: int, dataset: DatasetDescription) -
             f"lane {lane!r} runs {steps} steps, not a multiple of fuse_steps {fuse_steps}; "
             "one compiled program must cover every dispatch"
         )
-    model = ModelSpec(
-        name=settings["model"],
-        inputs=dataset.inputs,
-        classes=dataset.classes,
+    model = ModelSpec.for_dataset(
+        settings["model"],
+        dataset,
         hidden=int(settings.get("hidden", 128)),
         init=settings.get("init", "lecun_normal"),
     )
