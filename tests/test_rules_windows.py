@@ -1,0 +1,552 @@
+"""Convolutions, window reductions and their gradients in the interpreter against XLA.
+
+Selections and integer arithmetic are exact, and so is every float window sum: the rules fold a
+window's elements in XLA's order and dtype, so those checks are bit for bit (`ulps=0`), NaN,
+inf and -0.0 included. Convolutions run a BLAS product whose summation order is not XLA's;
+they are checked bit for bit on integer-valued data (every partial sum exact, so any order
+gives the same bits: this checks the geometry, layouts, groups and dtypes), and on random data
+against the exact result within the rounding bound of a float sum (`within_sum_bound`).
+Geometry (shapes, strides, padding including negative, dilations, layouts, groups) is
+generated; the end is a LeNet-5 block's gradient checked whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from jax import lax
+from oracle import CASES_RUN, FLOATS, INTEGERS, RULE_SETTINGS, _ulp, arrays, check, check_widened, x64
+
+from gradlanes.program.interpreter import RULES, Interpreter
+from gradlanes.program.rules import windows
+from gradlanes.run.numerics import probabilistic_bound
+
+COVERED = {
+    "conv_general_dilated",
+    "reduce_window_sum",
+    "reduce_window_max",
+    "reduce_window_min",
+    "reduce_window",
+    "select_and_scatter_add",
+    "select_and_gather_add",
+}
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+NUMBERS = INTEGERS + FLOATS
+
+
+@pytest.fixture(autouse=True)
+def shape_rules(monkeypatch):
+    """Gradients flip kernels (`rev`) and pad cotangents (`pad`, for average pooling), rules of
+    the shapes module; until those exist these stand in for them, so the tests here exercise the
+    window rules alone."""
+    if "rev" not in RULES:
+        monkeypatch.setitem(RULES, "rev", lambda x, *, dimensions, **_: np.flip(x, tuple(dimensions)))
+    if "pad" not in RULES:
+
+        def pad(x, fill, *, padding_config, **_):
+            x = np.asarray(x)
+            edges = [(int(lo), int(hi)) for lo, hi, _ in padding_config]
+            return windows._spread(
+                x, np.asarray(fill, x.dtype), edges, [int(i) + 1 for _, _, i in padding_config]
+            )
+
+        monkeypatch.setitem(RULES, "pad", pad)
+
+
+def wide(*dtypes) -> contextlib.AbstractContextManager:
+    """x64 while any of `dtypes` is 64-bit (JAX would otherwise truncate the inputs to 32 bits)."""
+    return x64() if any(np.dtype(d).itemsize == 8 for d in dtypes) else contextlib.nullcontext()
+
+
+def check_exact(fn, *args, expect: str) -> set[str]:
+    """`check` bit for bit, and the sign of every zero too (max, min and sums decide it).
+
+    bfloat16 outputs are compared as float32 (an exact conversion on both sides): NumPy's
+    testing does not treat bfloat16 NaNs as equal.
+    """
+    widened = lambda v: v.astype(jnp.float32) if v.dtype == jnp.bfloat16 else v  # noqa: E731
+    compared = lambda *a: jax.tree_util.tree_map(widened, fn(*a))  # noqa: E731
+    found = check(compared, *args, expect=expect)
+    closed = jax.make_jaxpr(compared)(*args)
+    got = Interpreter(closed)(*jax.tree_util.tree_leaves(args))
+    want = jax.tree_util.tree_leaves(jax.jit(compared)(*args))  # the executable `check` compiled
+    for index, (w, g) in enumerate(zip(want, got, strict=True)):
+        w, g = np.asarray(w), np.asarray(g)
+        if w.dtype.kind == "f":
+            zero = (w == 0) & (g == 0)
+            assert np.array_equal(np.signbit(w[zero]), np.signbit(g[zero])), f"output {index}: sign of a zero"
+    return found
+
+
+def accepted(fn, *args) -> bool:
+    """Whether JAX accepts the geometry (its shape rules are the reference for what is valid)."""
+    try:
+        jax.eval_shape(fn, *args)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def small_ints(dtype, shape, low=-2, high=2):
+    """Integer-valued arrays of `dtype` (any dtype), so sums of products are exact in any order."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return arrays(dtype, shape)
+    if dtype.kind == "u":
+        low, high = 0, high - low
+    return arrays(np.int64, shape, elements=st.integers(low, high)).map(lambda a: a.astype(dtype))
+
+
+# ---- window reductions ----------------------------------------------------------------------
+@st.composite
+def window_geometry(draw, *, min_rank=0, max_rank=3, dilations=True, negative_padding=True):
+    """(shape, window, strides, padding, base dilation, window dilation) for one operand."""
+    rank = draw(st.integers(min_rank, max_rank))
+    shape = tuple(draw(st.lists(st.integers(0, 5), min_size=rank, max_size=rank)))
+    window = tuple(draw(st.lists(st.integers(1, 3), min_size=rank, max_size=rank)))
+    strides = tuple(draw(st.lists(st.integers(1, 3), min_size=rank, max_size=rank)))
+    low = -1 if negative_padding else 0
+    padding = tuple((draw(st.integers(low, 2)), draw(st.integers(low, 2))) for _ in range(rank))
+    one = st.just(1)
+    base = tuple(draw(st.lists(st.integers(1, 2) if dilations else one, min_size=rank, max_size=rank)))
+    window_dilation = tuple(
+        draw(st.lists(st.integers(1, 2) if dilations else one, min_size=rank, max_size=rank))
+    )
+    return shape, window, strides, padding, base, window_dilation
+
+
+def pooled(x, init, body, geometry):
+    _, window, strides, padding, base, dilation = geometry
+    return lax.reduce_window(x, init, body, window, strides, padding, base, dilation)
+
+
+def lowest(dtype: np.dtype) -> np.ndarray:
+    if dtype == np.bool_:
+        return np.array(False)
+    return np.array(-np.inf if dtype.kind == "f" or dtype == BF16 else np.iinfo(dtype).min, dtype)
+
+
+def highest(dtype: np.dtype) -> np.ndarray:
+    if dtype == np.bool_:
+        return np.array(True)
+    return np.array(np.inf if dtype.kind == "f" or dtype == BF16 else np.iinfo(dtype).max, dtype)
+
+
+#: The primitive each monoid with its identity as init becomes, and that identity.
+MONOIDS = {
+    "reduce_window_sum": (lax.add, lambda dtype: np.zeros((), dtype)),
+    "reduce_window_max": (lax.max, lowest),
+    "reduce_window_min": (lax.min, highest),
+}
+
+
+@settings(RULE_SETTINGS, max_examples=60)
+@given(
+    name=st.sampled_from(sorted(MONOIDS)),
+    dtype=st.sampled_from((np.dtype(np.bool_),) + NUMBERS),
+    geometry=window_geometry(),
+    data=st.data(),
+)
+def test_monoid_window_reductions_match_xla_bit_for_bit(name, dtype, geometry, data):
+    assume(not (name == "reduce_window_sum" and dtype == np.bool_))
+    body, identity = MONOIDS[name]
+    init = identity(dtype)
+    with wide(dtype):
+        x = data.draw(arrays(dtype, geometry[0]))
+        fn = lambda x: pooled(x, init, body, geometry)  # noqa: E731
+        assume(accepted(fn, x))
+        check_exact(fn, x, expect=name)
+
+
+#: Bodies of the generic reduce_window (lambdas, so JAX does not turn them into the monoids).
+BODIES = {
+    "add": lambda a, b: a + b,
+    "mul": lambda a, b: b * a,
+    "max": lambda a, b: lax.max(a, b),
+    "min": lambda a, b: lax.min(b, a),
+    "and": lambda a, b: a & b,
+    "or": lambda a, b: a | b,
+    "xor": lambda a, b: a ^ b,
+}
+
+
+@settings(RULE_SETTINGS, max_examples=40)
+@given(
+    op=st.sampled_from(sorted(BODIES)),
+    dtype=st.sampled_from((np.dtype(np.bool_),) + NUMBERS),
+    geometry=window_geometry(),
+    data=st.data(),
+)
+def test_generic_reduce_window_folds_the_init_and_skips_padding(op, dtype, geometry, data):
+    if op in ("and", "or", "xor"):
+        assume(dtype == np.bool_ or dtype.kind in "iu")
+    else:
+        assume(dtype != np.bool_)
+    with wide(dtype):
+        x = data.draw(arrays(dtype, geometry[0]))
+        init = data.draw(arrays(dtype, ()))
+        fn = lambda x, init: pooled(x, init, BODIES[op], geometry)  # noqa: E731
+        assume(accepted(fn, x, init))
+        check_exact(fn, x, init, expect="reduce_window")
+
+
+def test_signed_zeros_and_nan_in_pooling():
+    """XLA's max is IEEE maximum: +0 beats -0 in either order, NaN wins; min the reverse. A sum
+    padded around -0 stays -0 only from a -0 init (the generic body), never from reduce_window_sum."""
+    x = np.array([-0.0, 0.0, 0.0, -0.0, -0.0, -0.0, np.nan, 1.0, 1.0, np.nan], np.float32)
+    for body, init in ((lax.max, -np.inf), (lax.min, np.inf)):
+        check_exact(
+            lambda x, body=body, init=init: lax.reduce_window(x, init, body, (2,), (2,), "VALID"),
+            x,
+            expect="reduce_window_max" if body is lax.max else "reduce_window_min",
+        )
+    zeros = np.array([-0.0, -0.0], np.float32)
+    check_exact(
+        lambda x: lax.reduce_window(x, 0.0, lax.add, (2,), (1,), ((1, 1),)), zeros, expect="reduce_window_sum"
+    )
+    check_exact(
+        lambda x: lax.reduce_window(x, np.float32(-0.0), lambda a, b: a + b, (2,), (1,), ((1, 1),)),
+        zeros,
+        expect="reduce_window",
+    )
+
+
+def test_pooling_gradient_ties_nan_and_padding():
+    """The cases read off XLA: the first of tied maxima wins; a NaN is replaced by the element
+    after it; a window of -inf keeps its padding element, whose gradient is dropped."""
+    rows = [
+        [1, 1, 1, 1],
+        [np.nan, 1, 2, 3],
+        [1, np.nan, 2, 3],
+        [1, 2, np.nan, 3],
+        [-np.inf] * 4,
+        [-0.0, 0.0, 0.0, -0.0],
+    ]
+    x = np.array(rows, np.float32)
+    weights = np.arange(1, 5, dtype=np.float32)
+
+    def gradient(x):
+        pooled = lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (1, 3), (1, 1), ((0, 0), (1, 1)))  # noqa: E731
+        return jax.grad(lambda x: jnp.sum(pooled(x) * weights))(x)
+
+    check_exact(gradient, x, expect="select_and_scatter_add")
+
+
+def test_conv_converts_operands_to_the_preferred_type_first():
+    """int16 3001 becomes float16 3000 before the products, float16 1+2^-10 becomes bfloat16 1."""
+    ints = np.array([[[3001], [1]]], np.int16), np.array([[[1], [-3000]]], np.int16)
+    halves = np.array([[[1 + 2**-10], [1]]], np.float16), np.array([[[1024], [-1024]]], np.float16)
+    for (a, b), preferred in ((ints, np.float16), (halves, BF16), (halves, np.float32)):
+
+        def conv(a, b, preferred=preferred):
+            return lax.conv_general_dilated(a, b, (1,), "VALID", preferred_element_type=preferred)
+
+        check_exact(conv, a, b, expect="conv_general_dilated")
+
+
+def test_variadic_reduce_window_of_independent_monoids():
+    x = np.arange(1, 13, dtype=np.float32).reshape(3, 4) / 8
+    y = np.arange(12, dtype=np.int32).reshape(3, 4) - 5
+
+    def both(x, y):
+        init = (np.float32(0.5), np.int32(1))
+        body = lambda a, b: (a[0] + b[0], a[1] * b[1])  # noqa: E731
+        return lax.reduce_window((x, y), init, body, (2, 2), (1, 2), ((1, 0), (0, 1)))
+
+    check_exact(both, x, y, expect="reduce_window")
+
+
+def test_reduce_window_refuses_a_body_it_cannot_fold():
+    x = np.arange(6, dtype=np.float32)
+    for body, shown in (
+        (lambda a, b: a - b, "sub"),
+        (lambda a, b: jnp.logaddexp(a, b), "custom_jvp_call"),
+    ):
+        program = jax.make_jaxpr(
+            lambda x, body=body: lax.reduce_window(x, np.float32(0), body, (2,), (1,), "VALID")
+        )(x)
+        with pytest.raises(NotImplementedError, match=rf"reduce_window: .*this body is \{{{shown}"):
+            Interpreter(program)(x)
+    pairs = jax.make_jaxpr(
+        lambda x, i: lax.reduce_window(
+            (x, i),
+            (np.float32(-np.inf), np.int32(0)),
+            lambda a, b: (lax.max(a[0], b[0]), lax.select(a[0] >= b[0], a[1], b[1])),
+            (2,),
+            (1,),
+            "VALID",
+        )
+    )(x, np.arange(6, dtype=np.int32))
+    with pytest.raises(NotImplementedError, match="reduce_window: .*this body is"):
+        Interpreter(pairs)(x, np.arange(6, dtype=np.int32))
+
+
+# ---- pooling gradients ----------------------------------------------------------------------
+def pool_values(dtype, shape):
+    """Pooling operands full of ties (few distinct values) and, for floats, NaN, inf and -0.0."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu":
+        return small_ints(dtype, shape, -2, 2)
+    specials = [0.0, -0.0, 1.0, -1.0, 2.0, np.inf, -np.inf, np.nan]
+    return arrays(np.float64, shape, elements=st.sampled_from(specials)).map(lambda a: a.astype(dtype))
+
+
+@settings(RULE_SETTINGS, max_examples=30)
+@given(
+    dtype=st.sampled_from(FLOATS),
+    chooser=st.sampled_from(["max", "min"]),
+    # XLA aborts compiling the gradient of a scalar's pooling (SelectAndScatterExpander)
+    geometry=window_geometry(min_rank=1, dilations=False, negative_padding=False),
+    data=st.data(),
+)
+def test_pooling_gradient_scatters_to_xlas_choice(dtype, chooser, geometry, data):
+    """jax.grad of max/min pooling: ties, NaN, padding and overlapping windows as on XLA."""
+    body, init = (lax.max, -np.inf) if chooser == "max" else (lax.min, np.inf)
+    with wide(dtype):
+        x = data.draw(pool_values(dtype, geometry[0]))
+        fn = lambda x: pooled(x, np.array(init, dtype), body, geometry)  # noqa: E731
+        assume(accepted(fn, x))
+        out_shape = jax.eval_shape(fn, x).shape
+        # random cotangents: overlapping windows sum several into one position, in XLA's order
+        cotangent = data.draw(arrays(dtype, out_shape))
+
+        def gradient(x, cotangent):
+            return jax.grad(lambda x: jnp.sum(fn(x) * cotangent))(x)
+
+        check_exact(gradient, x, cotangent, expect="select_and_scatter_add")
+
+
+@settings(RULE_SETTINGS, max_examples=30)
+@given(
+    dtype=st.sampled_from(FLOATS),
+    chooser=st.sampled_from(["max", "min"]),
+    geometry=window_geometry(),
+    data=st.data(),
+)
+def test_pooling_jvp_gathers_xlas_choice(dtype, chooser, geometry, data):
+    """jax.jvp of max/min pooling (forward mode): the tangent of the selected element."""
+    body, init = (lax.max, -np.inf) if chooser == "max" else (lax.min, np.inf)
+    with wide(dtype):
+        x = data.draw(pool_values(dtype, geometry[0]))
+        tangent = data.draw(arrays(dtype, geometry[0]))
+        fn = lambda x: pooled(x, np.array(init, dtype), body, geometry)  # noqa: E731
+        assume(accepted(fn, x))
+        check_exact(lambda x, t: jax.jvp(fn, (x,), (t,)), x, tangent, expect="select_and_gather_add")
+
+
+def test_second_order_pooling_gradient():
+    """A Hessian-vector product through max pooling meets both pooling gradients."""
+    rng = np.random.default_rng(3)
+    x = rng.integers(-3, 4, (2, 6, 6)).astype(np.float32)
+    v = rng.standard_normal((2, 6, 6)).astype(np.float32)
+
+    def loss(x):
+        pooled = lax.reduce_window(x, -jnp.inf, lax.max, (1, 3, 3), (1, 2, 2), ((0, 0), (1, 1), (1, 1)))
+        return jnp.sum(pooled**2)
+
+    def hvp(x, v):
+        return jax.jvp(jax.grad(loss), (x,), (v,))[1]
+
+    found = check_exact(hvp, x, v, expect="select_and_scatter_add")
+    assert "select_and_gather_add" in found or "select_and_scatter_add" in found
+
+
+# ---- convolution ----------------------------------------------------------------------------
+@st.composite
+def conv_geometry(draw, *, gradients=False):
+    """A convolution's shapes and params: 1-3 spatial dims, any layout, feature or batch groups."""
+    rank = draw(st.integers(1, 3 if not gradients else 2))
+    max_side = (6, 5, 4)[rank - 1]
+    groups = draw(st.integers(1, 3))
+    grouping = draw(st.sampled_from(["feature", "batch"])) if groups > 1 else "feature"
+    batch = draw(st.integers(1, 3)) * (groups if grouping == "batch" else 1)
+    per_group_in = draw(st.integers(1, 3))
+    in_features = per_group_in * (groups if grouping == "feature" else 1)
+    out_features = draw(st.integers(1, 3)) * groups
+    spatial = draw(st.lists(st.integers(1, max_side), min_size=rank, max_size=rank))
+    kernel = draw(st.lists(st.integers(1, 4), min_size=rank, max_size=rank))
+    strides = tuple(draw(st.lists(st.integers(1, 3), min_size=rank, max_size=rank)))
+    padding = tuple((draw(st.integers(-2, 3)), draw(st.integers(-2, 3))) for _ in range(rank))
+    lhs_dilation = tuple(draw(st.lists(st.integers(1, 1 if gradients else 3), min_size=rank, max_size=rank)))
+    rhs_dilation = tuple(draw(st.lists(st.integers(1, 3), min_size=rank, max_size=rank)))
+    specs = [tuple(draw(st.permutations(range(rank + 2)))) for _ in range(3)]
+    lhs_canonical = (batch, in_features, *spatial)
+    rhs_canonical = (out_features, per_group_in, *kernel)
+    lhs_shape = tuple(lhs_canonical[specs[0].index(d)] for d in range(rank + 2))
+    rhs_shape = tuple(rhs_canonical[specs[1].index(d)] for d in range(rank + 2))
+    params = dict(
+        window_strides=strides,
+        padding=padding,
+        lhs_dilation=lhs_dilation,
+        rhs_dilation=rhs_dilation,
+        dimension_numbers=lax.ConvDimensionNumbers(*specs),
+        feature_group_count=groups if grouping == "feature" else 1,
+        batch_group_count=groups if grouping == "batch" else 1,
+    )
+    return lhs_shape, rhs_shape, params
+
+
+def contraction(rhs_shape, params) -> int:
+    """Terms summed into one output element: input features per group times kernel taps."""
+    return math.prod(rhs_shape) // rhs_shape[params["dimension_numbers"].rhs_spec[0]]
+
+
+def preferred_for(dtype: np.dtype):
+    """preferred_element_type choices JAX accepts for operands of `dtype` (None: the default)."""
+    floats = [d for d in FLOATS if d.itemsize >= dtype.itemsize]
+    if dtype == np.bool_:
+        return st.sampled_from(
+            [None, np.dtype(np.bool_), np.dtype(np.int32), np.dtype(np.uint8), *FLOATS[:3]]
+        )
+    if dtype.kind == "f" or dtype == BF16:
+        return st.sampled_from([None, *floats])
+    same_kind = [d for d in INTEGERS if d.kind == dtype.kind and d.itemsize >= dtype.itemsize]
+    return st.sampled_from([None, *same_kind, *floats])
+
+
+@settings(RULE_SETTINGS, max_examples=60)
+@given(
+    geometry=conv_geometry(),
+    dtype=st.sampled_from((np.dtype(np.bool_),) + NUMBERS),
+    data=st.data(),
+)
+def test_conv_geometry_layouts_groups_and_dtypes_bit_for_bit(geometry, dtype, data):
+    """Integer-valued operands: every partial sum is exact, so XLA's bits are the only answer."""
+    lhs_shape, rhs_shape, params = geometry
+    preferred = data.draw(preferred_for(dtype))
+    if dtype == BF16:  # 8 significant bits: keep every sum of +-1 products below 256
+        low, high = -1, 1
+    else:
+        low, high = -2, 2
+    with wide(dtype, *([preferred] if preferred is not None else [])):
+        lhs = data.draw(small_ints(dtype, lhs_shape, low, high))
+        rhs = data.draw(small_ints(dtype, rhs_shape, low, high))
+        precision = data.draw(st.sampled_from([None, lax.Precision.HIGHEST]))
+        fn = lambda a, b: lax.conv_general_dilated(  # noqa: E731
+            a, b, **params, precision=precision, preferred_element_type=preferred
+        )
+        assume(accepted(fn, lhs, rhs))
+        check_exact(fn, lhs, rhs, expect="conv_general_dilated")
+
+
+def within_sum_bound(fn, args, terms: int, expect: str) -> None:
+    """Interpreter and XLA each within the rounding bound of a `terms`-long float sum.
+
+    The reference is XLA in float64 on the same values (its own error, ~sqrt(n) 2^-53 relative,
+    is far below the bound). A float32 accumulation of n products (one rounding each, then n
+    additions) is off by at most lambda sqrt(n+1) u sum|terms| except with probability below
+    2 exp(-lambda^2/2) per element (Higham & Mary 2019; `probabilistic_bound`, lambda = 4), with
+    u = 2^-24 also for float16/bfloat16, which XLA accumulates in float32 (and so do the rules);
+    their one final rounding adds half an ulp of the result. sum|terms| is the same
+    convolution of |operands|, evaluated in float64.
+    """
+    closed = jax.make_jaxpr(fn)(*args)
+    want = np.asarray(jax.jit(fn)(*args))
+    got = np.asarray(Interpreter(closed)(*args)[0])
+    assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, want.dtype, got.shape, want.shape)
+    with x64():
+        wide_args = [np.asarray(a, np.float64) for a in args]
+        exact = np.asarray(jax.jit(fn)(*wide_args), np.float64)
+        scale = np.asarray(jax.jit(fn)(*[np.abs(a) for a in wide_args]), np.float64)
+    unit = 2.0**-53 if want.dtype == np.float64 else 2.0**-24
+    allowed = probabilistic_bound(terms + 1) * unit * scale + 0.5 * _ulp(exact.astype(want.dtype))
+    for engine, value in (("interpreter", got), ("xla", want)):
+        error = np.abs(value.astype(np.float64) - exact)
+        assert np.all(error <= allowed), (engine, float(np.max(error - allowed)))
+    CASES_RUN[expect] += 1
+
+
+@settings(RULE_SETTINGS, max_examples=30)
+@given(geometry=conv_geometry(), dtype=st.sampled_from(FLOATS[:3]), data=st.data())
+def test_conv_of_random_floats_within_the_sum_bound(geometry, dtype, data):
+    lhs_shape, rhs_shape, params = geometry
+    # no subnormal products (XLA's CPU kernels may flush them to zero, an error beyond the bound)
+    magnitude = st.floats(1 / 64, 4, width=32)
+    finite = st.one_of(st.just(0.0), magnitude, magnitude.map(lambda v: -v))
+    lhs = data.draw(arrays(np.float32, lhs_shape, elements=finite)).astype(dtype)
+    rhs = data.draw(arrays(np.float32, rhs_shape, elements=finite)).astype(dtype)
+    fn = lambda a, b: lax.conv_general_dilated(a, b, **params)  # noqa: E731
+    assume(accepted(fn, lhs, rhs))
+    within_sum_bound(fn, (lhs, rhs), contraction(rhs_shape, params), "conv_general_dilated")
+
+
+@settings(RULE_SETTINGS, max_examples=30)
+@given(geometry=conv_geometry(gradients=True), data=st.data())
+def test_conv_gradients_bit_for_bit(geometry, data):
+    """jax.grad of a convolution: the transposed convolutions (lhs dilation by the strides,
+    kernel dilation, batch groups for grouped kernels' gradients), on integer-valued data."""
+    lhs_shape, rhs_shape, params = geometry
+    lhs = data.draw(small_ints(np.float32, lhs_shape))
+    rhs = data.draw(small_ints(np.float32, rhs_shape))
+    fn = lambda a, b: lax.conv_general_dilated(a, b, **params)  # noqa: E731
+    assume(accepted(fn, lhs, rhs))
+    out_shape = jax.eval_shape(fn, lhs, rhs).shape
+    assume(math.prod(out_shape) > 0)
+    cotangent = data.draw(small_ints(np.float32, out_shape))
+
+    def gradients(a, b, c):
+        return jax.grad(lambda a, b: jnp.sum(fn(a, b) * c), argnums=(0, 1))(a, b)
+
+    check_exact(gradients, lhs, rhs, cotangent, expect="conv_general_dilated")
+
+
+@settings(RULE_SETTINGS, max_examples=10)
+@given(geometry=conv_geometry(), data=st.data())
+def test_conv_float64_reference(geometry, data):
+    """Under widen, float32 operands arrive as float64, and so does a float preferred_element_type
+    of integer operands (compared with XLA asked for float64 outright)."""
+    lhs_shape, rhs_shape, params = geometry
+    lhs = data.draw(small_ints(np.float32, lhs_shape))
+    rhs = data.draw(small_ints(np.float32, rhs_shape))
+    fn = lambda a, b: lax.conv_general_dilated(a, b, **params)  # noqa: E731
+    assume(accepted(fn, lhs, rhs))
+    check_widened(fn, lhs, rhs, ulps=0, expect="conv_general_dilated")
+    ints = lhs.astype(np.int8), rhs.astype(np.int8)
+    program = jax.make_jaxpr(
+        lambda a, b: lax.conv_general_dilated(a, b, **params, preferred_element_type=np.float32)
+    )(*ints)
+    (got,) = Interpreter(program, widen=True)(*ints)
+    with x64():
+        want = jax.jit(
+            lambda a, b: lax.conv_general_dilated(a, b, **params, preferred_element_type=np.float64)
+        )(*ints)
+    np.testing.assert_array_equal(got, np.asarray(want), strict=True)
+
+
+def test_conv_refuses_complex_operands():
+    a = np.ones((1, 1, 3), np.complex64)
+    program = jax.make_jaxpr(lambda a, b: lax.conv_general_dilated(a, b, (1,), "VALID"))(a, a)
+    with pytest.raises(NotImplementedError, match="conv_general_dilated: complex dtype complex64"):
+        Interpreter(program)(a, a)
+
+
+# ---- a LeNet-5 block, whole -----------------------------------------------------------------
+def lenet_block(params, images, targets):
+    """conv 5x5 SAME -> relu -> max pool 2 -> conv 5x5 VALID -> average pool 2 -> dense."""
+    conv1, conv2, dense = params
+    x = lax.conv_general_dilated(images, conv1, (1, 1), "SAME")
+    x = lax.reduce_window(jax.nn.relu(x), -jnp.inf, lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+    x = lax.conv_general_dilated(x, conv2, (1, 1), "VALID")
+    x = lax.reduce_window(x, 0.0, lax.add, (1, 1, 2, 2), (1, 1, 2, 2), "VALID") / 4
+    logits = x.reshape(x.shape[0], -1) @ dense
+    return jnp.sum(logits * targets)
+
+
+def test_lenet_block_gradient_bit_for_bit():
+    """Weights and images in {-1, 0, 1} and a linear loss: every value of the forward and
+    backward pass is a small multiple of 1/4, exact in float32, so XLA's bits are the answer."""
+    rng = np.random.default_rng(5)
+    ternary = lambda *shape: rng.integers(-1, 2, shape).astype(np.float32)  # noqa: E731
+    params = (ternary(4, 1, 5, 5), ternary(3, 4, 5, 5), ternary(3, 2))
+    images, targets = ternary(2, 1, 12, 12), ternary(2, 2)
+    found = check_exact(jax.grad(lenet_block), params, images, targets, expect="conv_general_dilated")
+    assert {"select_and_scatter_add", "reduce_window_sum", "reduce_window_max"} <= found
