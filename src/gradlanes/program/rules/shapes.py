@@ -1,10 +1,43 @@
-"""Rules that move, reshape, slice, reduce or index arrays without arithmetic on their values."""
+"""Rules that move, reshape, slice, pad or reduce arrays, with XLA CPU's results bit for bit.
+
+Data movement keeps every bit. Reductions follow what XLA computes (see `sorting` for the float
+order and the flushed denormals they share):
+
+- A reduction over one element (or none of the axes) is folded away by XLA: the element itself,
+  -0.0 and subnormals kept. Over two or more, the identity takes part (a float sum is never -0.0)
+  and a subnormal result is stored as zero. Subnormal terms of a sum are not flushed here (a pass
+  over the operand on every training step for a difference below the smallest normal); those of a
+  product are, since one changes the product entirely.
+- Sums and products accumulate in the operand's own format, float16 and bfloat16 included (each
+  add rounded to 16 bits, as XLA's reduce does); NumPy's pairwise sum, and a pairwise tree for the
+  16-bit formats, where NumPy would add sequentially. The order differs from XLA's vectorised one,
+  so float results differ from XLA's within the rounding of a sum (the tests bound it); integers
+  wrap and are exact in any order.
+- max/min propagate NaN, order -0.0 below +0.0 and see flushed subnormals as zeros; argmax/argmin
+  take the first of equal keys and the first NaN.
+"""
 
 from __future__ import annotations
 
+import math
+
+import ml_dtypes
 import numpy as np
 
+from gradlanes.program.rules import sorting  # noqa: F401  (registers sort, top_k and the scans)
 from gradlanes.program.rules.registry import rule
+from gradlanes.program.rules.sorting import (
+    flush_denormals,
+    is_float,
+    negative_zero_class,
+    positive_zero_class,
+    signed_zeros_like_xla,
+    zero_class,
+)
+
+_BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+
+# ---- data movement ----------------------------------------------------------------------------
 
 
 @rule("broadcast_in_dim")
@@ -18,7 +51,7 @@ def _broadcast_in_dim(x, *, shape, broadcast_dimensions, **_):
 
 @rule("reshape")
 def _reshape(x, *, new_sizes, dimensions=None, **_):
-    if dimensions is not None:
+    if dimensions is not None:  # older JAX: transpose first, then reshape in row-major order
         x = np.transpose(x, dimensions)
     return np.reshape(x, new_sizes)
 
@@ -38,36 +71,17 @@ def _transpose(x, *, permutation, **_):
     return np.transpose(x, permutation)
 
 
-@rule("reduce_sum")
-def _reduce_sum(x, *, axes, **_):
-    return np.sum(x, axis=tuple(axes), dtype=x.dtype)
-
-
-@rule("reduce_max")
-def _reduce_max(x, *, axes, **_):
-    return np.max(x, axis=tuple(axes))
-
-
-@rule("reduce_min")
-def _reduce_min(x, *, axes, **_):
-    return np.min(x, axis=tuple(axes))
-
-
-@rule("argmax")
-def _argmax(x, *, axes, index_dtype, **_):
-    return np.argmax(x, axis=axes[0]).astype(index_dtype)
-
-
-@rule("argmin")
-def _argmin(x, *, axes, index_dtype, **_):
-    return np.argmin(x, axis=axes[0]).astype(index_dtype)
-
-
 @rule("iota")
 def _iota(*, dtype, shape, dimension, **_):
-    line = np.arange(shape[dimension], dtype=dtype)
+    """Indices along `dimension`; XLA converts the exact index, so float16 rounds and int8 wraps."""
+    dtype = np.dtype(dtype)
+    count = shape[dimension]
+    if is_float(dtype):
+        line = np.arange(count, dtype=np.float64).astype(dtype)  # one rounding of an exact index
+    else:
+        line = np.arange(count, dtype=np.int64).astype(dtype)  # wraps modulo 2^bits
     expanded = [1] * len(shape)
-    expanded[dimension] = shape[dimension]
+    expanded[dimension] = count
     return np.broadcast_to(line.reshape(expanded), shape)
 
 
@@ -78,5 +92,165 @@ def _concatenate(*xs, dimension, **_):
 
 @rule("slice")
 def _slice(x, *, start_indices, limit_indices, strides=None, **_):
+    x = np.asarray(x)
     strides = strides or (1,) * x.ndim
     return x[tuple(slice(s, e, k) for s, e, k in zip(start_indices, limit_indices, strides, strict=True))]
+
+
+@rule("rev")
+def _rev(x, *, dimensions, **_):
+    return np.flip(x, axis=tuple(dimensions)) if len(dimensions) else np.asarray(x)
+
+
+@rule("split")
+def _split(x, *, sizes, axis, **_):
+    return np.split(np.asarray(x), np.cumsum(sizes)[:-1], axis=axis)
+
+
+@rule("pad")
+def _pad(x, padding_value, *, padding_config, **_):
+    """lax.pad: `interior` values between elements, then `low`/`high` at the ends (negative crops)."""
+    x = np.asarray(x)
+    config = [(int(low), int(high), int(interior)) for low, high, interior in padding_config]
+    if any(interior < 0 for _, _, interior in config):
+        raise NotImplementedError(f"pad: negative interior padding in padding_config={padding_config}")
+    placed, crop, grown = [], [], []
+    for n, (low, high, interior) in zip(x.shape, config, strict=True):
+        spread = n + max(n - 1, 0) * interior
+        start = max(low, 0)
+        grown.append(start + spread + max(high, 0))
+        placed.append(slice(start, start + spread, interior + 1))
+        crop.append(slice(max(-low, 0), grown[-1] - max(-high, 0)))
+    out = np.full(grown, padding_value, dtype=x.dtype)
+    out[tuple(placed)] = x
+    return out[tuple(crop)]
+
+
+# ---- reductions -------------------------------------------------------------------------------
+
+
+def _reduced_size(x: np.ndarray, axes) -> int:
+    return math.prod(x.shape[a] for a in axes)
+
+
+def _the_element(x: np.ndarray, axes) -> np.ndarray:
+    """A reduction over one element, as XLA folds it: that element, bit for bit (NumPy's sum would
+    start from +0.0 and lose a -0.0)."""
+    return x.reshape([n for d, n in enumerate(x.shape) if d not in axes])
+
+
+def _tree_reduce(ufunc: np.ufunc, x: np.ndarray, axes: tuple[int, ...], identity) -> np.ndarray:
+    """A pairwise reduction over `axes`, every step rounded to x's format (for 16-bit floats).
+
+    NumPy's own reduction of bfloat16 adds sequentially, which stalls once the running sum's ulp
+    passes the terms (4,097 halves sum to 256); halving the rows keeps the error near log2(n) ulps.
+    """
+    kept = x.ndim - len(axes)
+    rows = np.moveaxis(x, axes, tuple(range(kept, x.ndim)))
+    rows = rows.reshape(*rows.shape[:kept], _reduced_size(x, axes))
+    if rows.shape[-1] == 0:
+        return np.full(rows.shape[:-1], identity, x.dtype)
+    while rows.shape[-1] > 1:
+        half = rows.shape[-1] // 2
+        paired = ufunc(rows[..., :half], rows[..., half : 2 * half])
+        rows = paired if rows.shape[-1] % 2 == 0 else np.concatenate([paired, rows[..., 2 * half :]], axis=-1)
+    return rows[..., 0]
+
+
+@rule("reduce_sum")
+def _reduce_sum(x, *, axes, **_):
+    x = np.asarray(x)
+    axes = tuple(axes)
+    if _reduced_size(x, axes) == 1:
+        return _the_element(x, axes)
+    if is_float(x.dtype) and x.dtype.itemsize == 2:
+        out = _tree_reduce(np.add, x, axes, 0)
+    else:
+        out = np.sum(x, axis=axes, dtype=x.dtype)
+    if is_float(x.dtype):
+        # XLA stores a subnormal sum as zero, and adds the identity +0.0: every zero is +0.0.
+        zero = zero_class(out)
+        if zero.any():
+            out = np.where(zero, x.dtype.type(0), out)
+    return out
+
+
+@rule("reduce_prod")
+def _reduce_prod(x, *, axes, **_):
+    x = np.asarray(x)
+    axes = tuple(axes)
+    if _reduced_size(x, axes) == 1:
+        return _the_element(x, axes)
+    if not is_float(x.dtype) or x.size == 0:
+        return np.prod(x, axis=axes, dtype=x.dtype)
+    x = flush_denormals(x)  # a subnormal factor is zero to XLA, which changes products entirely
+    if x.dtype.itemsize == 2:
+        return flush_denormals(_tree_reduce(np.multiply, x, axes, 1))
+    return flush_denormals(np.prod(x, axis=axes, dtype=x.dtype))
+
+
+def _extreme(x, axes, largest: bool) -> np.ndarray:
+    x = np.asarray(x)
+    axes = tuple(axes)
+    if _reduced_size(x, axes) == 1:
+        return _the_element(x, axes)
+    if x.dtype == _BFLOAT16:
+        return _extreme(x.astype(np.float32), axes, largest).astype(_BFLOAT16)
+    if is_float(x.dtype):
+        initial = -np.inf if largest else np.inf
+    elif x.dtype == np.bool_:
+        initial = not largest
+    else:
+        info = np.iinfo(x.dtype)
+        initial = info.min if largest else info.max
+    out = (np.max if largest else np.min)(x, axis=axes, initial=initial)
+    if not is_float(x.dtype):
+        return out
+    if largest:
+        return signed_zeros_like_xla(out, lambda: np.any(positive_zero_class(x), axis=axes))
+    return signed_zeros_like_xla(out, lambda: ~np.any(negative_zero_class(x), axis=axes))
+
+
+@rule("reduce_max")
+def _reduce_max(x, *, axes, **_):
+    return _extreme(x, axes, largest=True)
+
+
+@rule("reduce_min")
+def _reduce_min(x, *, axes, **_):
+    return _extreme(x, axes, largest=False)
+
+
+def _comparison_keys(x) -> np.ndarray:
+    """Values as XLA's comparisons see them (flushed subnormals; bfloat16 exactly as float32)."""
+    x = np.asarray(x)
+    if x.dtype == _BFLOAT16:
+        x = x.astype(np.float32)
+    return flush_denormals(x) if is_float(x.dtype) else x
+
+
+@rule("argmax")
+def _argmax(x, *, axes, index_dtype, **_):
+    (axis,) = axes
+    return np.argmax(_comparison_keys(x), axis=axis).astype(index_dtype)
+
+
+@rule("argmin")
+def _argmin(x, *, axes, index_dtype, **_):
+    (axis,) = axes
+    return np.argmin(_comparison_keys(x), axis=axis).astype(index_dtype)
+
+
+def _bitwise_reduction(name: str, ufunc: np.ufunc, all_ones: bool) -> None:
+    @rule(name)
+    def reduce(x, *, axes, **_):
+        x = np.asarray(x)
+        identity = np.zeros((), x.dtype)
+        return ufunc.reduce(x, axis=tuple(axes), initial=~identity if all_ones else identity)
+
+    del reduce
+
+
+_bitwise_reduction("reduce_and", np.bitwise_and, all_ones=True)
+_bitwise_reduction("reduce_or", np.bitwise_or, all_ones=False)
+_bitwise_reduction("reduce_xor", np.bitwise_xor, all_ones=False)
