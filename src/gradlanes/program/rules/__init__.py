@@ -1,7 +1,7 @@
 """The interpreter's rules, one module per kind of primitive; importing this package registers them.
 
 To add a primitive: one rule in the module of its kind (or a new module imported below), and one
-generated test case in tests/test_interpreter.py.
+generated test case in that kind's tests/test_rules_<kind>.py (named in its COVERED set).
 """
 
 from gradlanes.program.rules import (  # noqa: F401  (they register)
@@ -11,6 +11,7 @@ from gradlanes.program.rules import (  # noqa: F401  (they register)
     linalg,
     prng,
     shapes,
+    sorting,
     special,
     windows,
 )
