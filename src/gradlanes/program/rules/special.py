@@ -92,7 +92,7 @@ def _via_float64(fn):
     return step
 
 
-_exp = _via_float64(np.exp)
+_exp32 = _via_float64(np.exp)
 _log = _via_float64(np.log)
 _sin = _via_float64(np.sin)
 _cos = _via_float64(np.cos)
@@ -154,6 +154,28 @@ def _poly(x: np.ndarray, coefficients) -> np.ndarray:
     for c in coefficients[1:]:
         result = _mul_add(result, x, _c(x, c))
     return result
+
+
+def _exp64(x: np.ndarray) -> np.ndarray:
+    """XLA's float64 exp (xla/codegen/intrinsic/exp.cc, after Cephes and Eigen): exp(g) 2**n with
+    g = x - n log 2 in two parts and exp(g) = 1 + 2 g P(g^2) / (Q(g^2) - g P(g^2))."""
+    low, high = -708.3964185322641, 709.782712893384
+    clamped = np.where(np.isnan(x), x, np.clip(x, low, high))
+    n = np.floor(_fma64(clamped, 1.4426950408889634073599, 0.5))
+    g = _fma64(-n, 1.42860682030941723212e-6, _fma64(-n, 0.693145751953125, clamped))
+    g2 = g * g
+    p = _fma64(
+        _fma64(1.26177193074810590878e-4, g2, 3.02994407707441961300e-2), g2, 9.99999999999999999910e-1
+    )
+    p = p * g
+    q = _fma64(3.00198505138664455042e-6, g2, 2.52448340349684104192e-3)
+    q = _fma64(_fma64(q, g2, 2.27265548208155028766e-1), g2, 2.00000000000000000009e0)
+    result = np.ldexp(_fma64(p / (q - p), 2.0, 1.0), np.where(np.isfinite(n), n, 0).astype(np.int32))
+    return np.where(x < low, 0.0, np.where(x > high, np.inf, result))
+
+
+def _exp(x: np.ndarray) -> np.ndarray:
+    return _flush(_exp64(x)) if x.dtype == F64 else _exp32(x)
 
 
 #: XLA's log1p (xla/codegen/intrinsic/log1p.cc): Cephes' rational approximation for |x| < sqrt(2) - 1,
@@ -401,9 +423,16 @@ def lgamma(x):
     return _lgamma(x)
 
 
-def _digamma(x: np.ndarray) -> np.ndarray:
+def _digamma(x: np.ndarray, less_one: np.ndarray | None = None) -> np.ndarray:
+    """digamma(x); `less_one` is the a of x = a + 1 where the caller computes digamma(a + 1).
+
+    XLA folds constant additions: for digamma(a + 1) its x - 1 is a itself and its x + 1/2 is
+    a + 3/2, not the roundings of (a + 1) - 1 and (a + 1) + 1/2.
+    """
     half, zero = _c(x, 0.5), _c(x, 0.0)
     reflect, z = _reflected_argument(x)
+    if less_one is not None:
+        z = np.where(reflect, z, less_one)
     a = np.full_like(x, _LANCZOS_BASE)
     a_prime = np.zeros_like(x)
     for k, coefficient in enumerate(_LANCZOS, start=1):
@@ -414,7 +443,7 @@ def _digamma(x: np.ndarray) -> np.ndarray:
     t = z + _c(x, _LANCZOS_G + 0.5)
     digamma = (log_t + a_prime / a) - _c(x, _LANCZOS_G) / t
     # Reflection: digamma(x) = digamma(1 - x) - pi cot(pi x), x moved into [-1/2, 1/2] first.
-    reduced = x + np.abs(np.floor(x + half))
+    reduced = x + np.abs(np.floor(x + half if less_one is None else less_one + _c(x, 1.5)))
     pi = _c(x, math.pi)
     angle = reduced * pi
     reflected = digamma - (_cos(angle) * pi) / _sin(angle)
@@ -516,3 +545,281 @@ def bessel_i1e(x):
     near = ax * _chebyshev(_mul_add(ax, _c(x, 0.5), _c(x, -2.0)), a)
     sign = np.where((x == 0) | np.isnan(x), x, np.copysign(_c(x, 1.0), x))  # XLA's sign(-0.0) is -0.0
     return sign * np.where(ax <= _c(x, 8.0), near, _bessel_tail(ax, b))
+
+
+# ---- incomplete gamma functions (Cephes' series and continued fraction, as jax.lax writes them) ---
+_VALUE, _DERIVATIVE = "value", "derivative"  # igamma's value, or its derivative in a
+
+
+def _log_ax(a: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """a log x - x - lgamma(a), and whether exp of it underflows (below -log(max float))."""
+    log_ax = _mul_add(a, _log(x), -x) - _lgamma(a)
+    return log_ax, log_ax < -_log(np.asarray(np.finfo(a.dtype).max, a.dtype))
+
+
+def _igamma_series(ax, x, a, enabled, mode):
+    """sum_n x^n / (a+1)...(a+n), each element stepping while its own term still counts."""
+    eps = np.finfo(a.dtype).eps
+    r, c, ans = a, np.ones_like(a), np.ones_like(a)
+    dc_da, dans_da = np.zeros_like(a), np.zeros_like(a)
+    while enabled.any():
+        r_next = r + _c(a, 1.0)
+        x_over_r = x / r_next
+        dc_da_next = _mul_add(dc_da, x_over_r, -((c * x) / (r_next * r_next)))
+        dans_da_next = dans_da + dc_da_next
+        c_next = c * x_over_r
+        ans_next = _mul_add(c, x_over_r, ans)
+        if mode == _VALUE:
+            still = enabled & (c_next / ans_next > eps)
+        else:
+            still = enabled & (np.abs(dc_da_next / dans_da_next) > eps)
+        r = np.where(enabled, r_next, r)
+        c = np.where(enabled, c_next, c)
+        ans = np.where(enabled, ans_next, ans)
+        dc_da = np.where(enabled, dc_da_next, dc_da)
+        dans_da = np.where(enabled, dans_da_next, dans_da)
+        enabled = still
+    if mode == _VALUE:
+        return (ans * ax) / a
+    dlogax_da = _log(x) - _digamma(a + _c(a, 1.0), less_one=a)
+    return ax * _mul_add(ans, dlogax_da, dans_da) / a
+
+
+def _igammac_continued_fraction(ax, x, a, enabled, mode, complement=False):
+    """Cephes' continued fraction for the upper function (at most 2000 steps for the whole array).
+
+    `complement` returns 1 - that (for igamma), its product fused into the subtraction as XLA does.
+    """
+    eps = np.finfo(a.dtype).eps
+    one = _c(a, 1.0)
+    y = one - a
+    z = x + y + one
+    pkm2, qkm2 = np.ones_like(x), x
+    pkm1, qkm1 = x + one, z * x
+    ans = pkm1 / qkm1
+    dpkm2_da, dqkm2_da, dpkm1_da, dqkm1_da = np.zeros_like(x), np.zeros_like(x), np.zeros_like(x), -x
+    dans_da = _mul_add(-ans, dqkm1_da, dpkm1_da) / qkm1
+    count = 0
+    while count < 2000 and enabled.any():
+        count += 1
+        c = _c(a, count)
+        y_next, z_next = y + one, z + _c(a, 2.0)
+        yc = y_next * c
+        pk = _mul_add(pkm1, z_next, -(pkm2 * yc))
+        qk = _mul_add(qkm1, z_next, -(qkm2 * yc))
+        nonzero = qk != 0
+        ratio = pk / qk
+        t_next = np.where(nonzero, np.abs((ans - ratio) / ratio), one)
+        ans_next = np.where(nonzero, ratio, ans)
+        # ((dp1 z - p1) - dp2 yc) + p2 c: each multiply is fused into the add or subtract it feeds
+        dpk_da = _mul_add(pkm2, c, _mul_add(-dpkm2_da, yc, _mul_add(dpkm1_da, z_next, -pkm1)))
+        dqk_da = _mul_add(qkm2, c, _mul_add(-dqkm2_da, yc, _mul_add(dqkm1_da, z_next, -qkm1)))
+        dans_da_next = np.where(nonzero, _mul_add(-ans_next, dqk_da, dpk_da) / qk, dans_da)
+        grad_change = np.where(nonzero, np.abs(dans_da_next - dans_da), one)
+        rescale = np.abs(pk) > one / _c(a, eps)
+        scale = np.where(rescale, _c(a, eps), one)
+        new = {
+            "pkm2": pkm1 * scale, "pkm1": pk * scale, "qkm2": qkm1 * scale, "qkm1": qk * scale,
+            "dpkm2_da": dpkm1_da * scale, "dqkm2_da": dqkm1_da * scale,
+            "dpkm1_da": dpk_da * scale, "dqkm1_da": dqk_da * scale,
+        }  # fmt: skip
+        still = enabled & ((t_next > eps) if mode == _VALUE else (grad_change > eps))
+        ans = np.where(enabled, ans_next, ans)
+        y = np.where(enabled, y_next, y)
+        z = np.where(enabled, z_next, z)
+        dans_da = np.where(enabled, dans_da_next, dans_da)
+        pkm2 = np.where(enabled, new["pkm2"], pkm2)
+        pkm1 = np.where(enabled, new["pkm1"], pkm1)
+        qkm2 = np.where(enabled, new["qkm2"], qkm2)
+        qkm1 = np.where(enabled, new["qkm1"], qkm1)
+        dpkm2_da = np.where(enabled, new["dpkm2_da"], dpkm2_da)
+        dqkm2_da = np.where(enabled, new["dqkm2_da"], dqkm2_da)
+        dpkm1_da = np.where(enabled, new["dpkm1_da"], dpkm1_da)
+        dqkm1_da = np.where(enabled, new["dqkm1_da"], dqkm1_da)
+        enabled = still
+    if mode == _VALUE:
+        return _mul_add(-ans, ax, one) if complement else ans * ax
+    dlogax_da = _log(x) - _digamma(a)
+    return ax * _mul_add(ans, dlogax_da, dans_da)
+
+
+def _domain_error(a, x):
+    return (x < 0) | (a < 0) | ((a == 0) & (x == 0)) | np.isnan(a) | np.isnan(x)
+
+
+@rule("igamma")
+@_elementwise(2)
+def igamma(a, x):
+    domain_error = _domain_error(a, x)
+    use_continued_fraction = (x >= 1) & (x > a)
+    log_ax, underflow = _log_ax(a, x)
+    ax = _exp(log_ax)
+    enabled = ~((x == 0) | domain_error | underflow | (x == np.inf))
+    one_less_upper = _igammac_continued_fraction(ax, x, a, enabled & use_continued_fraction, _VALUE, True)
+    lower = _igamma_series(ax, x, a, enabled & ~use_continued_fraction, _VALUE)
+    result = np.where(use_continued_fraction, one_less_upper, lower)
+    result = np.where(x == 0, _c(a, 0.0), result)
+    result = np.where(x == np.inf, _c(a, 1.0), result)
+    return np.where(domain_error, _c(a, np.nan), result)
+
+
+@rule("igammac")
+@_elementwise(2)
+def igammac(a, x):
+    domain_error = _domain_error(a, x)
+    use_series = (x < 1) | (x < a)
+    log_ax, underflow = _log_ax(a, x)
+    enabled = ~(domain_error | underflow | (x == np.inf) | (a == 0))
+    ax = _exp(log_ax)
+    lower = _igamma_series(ax, x, a, enabled & use_series, _VALUE)
+    upper = _igammac_continued_fraction(ax, x, a, enabled & ~use_series, _VALUE)
+    result = np.where(use_series, _c(a, 1.0) - lower, upper)
+    result = np.where((x == np.inf) | (a == 0), _c(a, 0.0), result)
+    return np.where(domain_error, _c(a, np.nan), result)
+
+
+@rule("igamma_grad_a")
+@_elementwise(2)
+def igamma_grad_a(a, x):
+    nan = np.isnan(a) | np.isnan(x)
+    domain_error = (x < 0) | (a <= 0)
+    use_continued_fraction = (x > 1) & (x > a)
+    log_ax, underflow = _log_ax(a, x)
+    ax = _exp(log_ax)
+    enabled = ~((x == 0) | domain_error | underflow | nan)
+    upper = _igammac_continued_fraction(ax, x, a, enabled & use_continued_fraction, _DERIVATIVE)
+    lower = _igamma_series(ax, x, a, enabled & ~use_continued_fraction, _DERIVATIVE)
+    result = np.where(use_continued_fraction, -upper, lower)
+    result = np.where(x == 0, _c(a, 0.0), result)
+    return np.where(domain_error | nan, _c(a, np.nan), result)
+
+
+# ---- Hurwitz zeta and polygamma (Johansson's Euler-Maclaurin form, as chlo writes it) ----------
+#: Bernoulli-number denominators of the Euler-Maclaurin tail, 12 terms.
+_ZETA_COEFFICIENTS = (-7.1661652561756670113e18, 1.8152105401943546773e17, -4.5979787224074726105e15,
+                      1.1646782814350067249e14, -2.950130727918164224e12, 7.47242496e10,
+                      -1.8924375803183791606e9, 47900160.0, -1209600.0, 30240.0, -720.0, 12.0)  # fmt: skip
+
+
+def _zeta(x: np.ndarray, q: np.ndarray) -> np.ndarray:
+    one, zero = _c(q, 1.0), _c(q, 0.0)
+    neg_x = -x
+    # Nine terms summed directly (XLA folds q + 1 + 1 ... into q + k), then Euler-Maclaurin at q + 10.
+    power_sum = _pow(q, neg_x)
+    for k in range(1, 10):
+        power_sum = power_sum + _pow(q + _c(q, k), neg_x)
+    acc = q + _c(q, 10)
+    q_neg_power = _pow(acc, neg_x)
+    correction = (q_neg_power * acc) / (x + _c(x, -1.0))
+    inv_acc2 = one / (acc * acc)
+    terms = len(_ZETA_COEFFICIENTS)
+    # Horner in 1/acc^2 with the rising factors (x + 2k)(x + 2k - 1); each "sum + c" is an FMA with
+    # the previous step's product.
+    product = factor = None
+    for i in range(terms - 1):
+        c = _c(q, 1.0 / _ZETA_COEFFICIENTS[i])
+        inner = inv_acc2 * (c if i == 0 else _mul_add(factor, product, c))
+        factor = (x + _c(x, 2 * terms - 2 - 2 * i)) * (x + _c(x, 2 * terms - 3 - 2 * i))
+        product = inner
+    last = _mul_add(factor, product, _c(q, 1.0 / _ZETA_COEFFICIENTS[-1]))
+    tail = _mul_add(x / acc, last, _c(q, 0.5))
+    accurate = _mul_add(q_neg_power, tail, power_sum + correction)
+    smallest = _c(q, np.finfo(q.dtype).smallest_subnormal)
+    output = np.where(np.abs(q_neg_power) < _flush(np.abs(power_sum) * smallest), power_sum, accurate)
+    nan, inf = _c(q, np.nan), _c(q, np.inf)
+    output = np.where(x < one, nan, output)
+    q_nonpositive = q <= zero
+    output = np.where(q_nonpositive & (x != np.floor(x)), nan, output)
+    even_integer = (x == np.floor(x)) & (np.fmod(x, _c(x, 2.0)) == zero)
+    output = np.where(q_nonpositive & (q == np.floor(q)), np.where(even_integer, inf, nan), output)
+    return np.where(x == one, inf, output)
+
+
+@rule("zeta")
+@_elementwise(2)
+def zeta(x, q):
+    return _zeta(x, q)
+
+
+@rule("polygamma")
+@_elementwise(2)
+def polygamma(n, x):
+    one = _c(x, 1.0)
+    sign = _mul_add(_c(x, 2.0), np.fmod(n, _c(n, 2.0)), -one)
+    result = (sign * _exp(_lgamma(n + one))) * _zeta(n + one, x)
+    result = np.where(n == 0, _digamma(x), result)
+    natural = (n == np.floor(n)) & (n >= 0)
+    return np.where(natural, result, _c(x, np.nan))
+
+
+# ---- regularized incomplete beta (Lentz's continued fraction, as jax.lax writes it) -----------
+def _betainc_numerator(iteration: int, a, b, x):
+    """The partial numerators of DLMF 8.17.23 (the first is 1)."""
+    if iteration == 1:
+        return np.ones_like(x)
+    one, two = _c(a, 1.0), _c(a, 2.0)
+    m = (iteration - 1) // 2
+    if iteration % 2 == 0:
+        if m == 0:
+            return -(a + b) * x / (a + one)
+        m = _c(a, m)
+        return -(a + m) * (a + b + m) * x / ((a + two * m) * (a + two * m + one))
+    m = _c(a, m)
+    return m * (b - m) * x / ((a + two * m - one) * (a + two * m))
+
+
+def _betainc_continued_fraction(a, b, x):
+    """Lentz-Thompson-Barnett: every element steps until all have converged (or 200/600 steps)."""
+    dtype = a.dtype
+    steps = 200 if dtype == F32 else 600
+    small = threshold = _c(a, np.finfo(dtype).eps / 2)
+    # The zeroth partial denominator is 0, below `small`: the recurrence starts from `small`.
+    h = np.full_like(x, small)
+    c, d = h, np.zeros_like(x)
+    iteration = 1
+    unconverged = True
+    while iteration < steps and unconverged:
+        numerator = _betainc_numerator(iteration, a, b, x)
+        one = _c(a, 1.0)
+        c = one + numerator / c
+        c = np.where(np.abs(c) < small, small, c)
+        d = _mul_add(numerator, d, one)
+        d = np.where(np.abs(d) < small, small, d)
+        d = one / d
+        delta = c * d
+        h = h * delta
+        iteration += 1
+        # XLA fuses the check's own copy of c * d into the subtraction: |c d - 1| before rounding
+        unconverged = bool((np.abs(_mul_add(c, d, -one)) >= threshold).any())
+    return h
+
+
+@rule("regularized_incomplete_beta")
+@_elementwise(3)
+def regularized_incomplete_beta(a, b, x):
+    zero, one, two = _c(a, 0.0), _c(a, 1.0), _c(a, 2.0)
+    a_is_zero = (a == zero) | (b == np.inf)
+    b_is_zero = (b == zero) | (a == np.inf)
+    nan = np.isnan(a) | np.isnan(b) | np.isnan(x)
+    result_is_zero = (b_is_zero & (x != one)) | (a_is_zero & (x == zero))
+    result_is_one = (a_is_zero & (x != zero)) | (b_is_zero & (x == one))
+    result_is_nan = (a < zero) | (b < zero) | (x < zero) | (x > one) | (a_is_zero & b_is_zero) | nan
+    # The fraction converges fast below (a + 1) / (a + b + 2); above, I_x(a, b) = 1 - I_(1-x)(b, a).
+    rapid = x < (a + one) / (a + b + two)
+    a, b = np.where(rapid, a, b), np.where(rapid, b, a)
+    x = np.where(rapid, x, one - x)
+    fraction = _betainc_continued_fraction(a, b, x)
+    lbeta_small_a = _lgamma(b) - _lgamma(a + b)
+    lbeta = _lgamma(a) + lbeta_small_a
+    log1p_x = _log1p(-x)
+    # a -> 0: a gamma(a) = gamma(a + 1) -> 1 avoids dividing by a
+    factor = np.where(
+        a < _c(a, np.finfo(a.dtype).tiny * 2),
+        _exp(log1p_x * b - lbeta_small_a),  # that product has a second use: not fused
+        _exp(_mul_add(_log(x), a, log1p_x * b) - lbeta) / a,
+    )
+    result = fraction * factor
+    result = np.where(rapid, result, one - result)
+    result = np.where(result_is_zero, zero, result)
+    result = np.where(result_is_one, one, result)
+    return np.where(result_is_nan, _c(a, np.nan), result)
