@@ -522,6 +522,22 @@ def test_conv_float64_reference(geometry, data):
     np.testing.assert_array_equal(got, np.asarray(want), strict=True)
 
 
+def test_conv_of_empty_operands():
+    """No batch, no features, or no window that fits: zeros (or nothing) of XLA's shape."""
+    ones = lambda *shape: np.ones(shape, np.float32)  # noqa: E731
+    for lhs, rhs in (
+        (ones(0, 2, 5), ones(3, 2, 2)),
+        (ones(2, 0, 5), ones(3, 0, 2)),
+        (ones(2, 2, 1), ones(3, 2, 4)),
+    ):
+        check_exact(
+            lambda a, b: lax.conv_general_dilated(a, b, (1,), "VALID"),
+            lhs,
+            rhs,
+            expect="conv_general_dilated",
+        )
+
+
 def test_conv_refuses_complex_operands():
     a = np.ones((1, 1, 3), np.complex64)
     program = jax.make_jaxpr(lambda a, b: lax.conv_general_dilated(a, b, (1,), "VALID"))(a, a)
@@ -550,3 +566,27 @@ def test_lenet_block_gradient_bit_for_bit():
     images, targets = ternary(2, 1, 12, 12), ternary(2, 2)
     found = check_exact(jax.grad(lenet_block), params, images, targets, expect="conv_general_dilated")
     assert {"select_and_scatter_add", "reduce_window_sum", "reduce_window_max"} <= found
+
+
+def test_operands_of_any_memory_layout():
+    """Rules get views (transposed, flipped, broadcast): the values must not depend on the layout."""
+    rng = np.random.default_rng(7)
+    ternary = lambda *shape: rng.integers(-1, 2, shape).astype(np.float32)  # noqa: E731
+    params = (ternary(4, 1, 5, 5), ternary(3, 4, 5, 5), ternary(3, 2))
+    images, targets = ternary(2, 1, 12, 12), ternary(2, 2)
+    program = jax.make_jaxpr(jax.grad(lenet_block))(params, images, targets)
+    plain = Interpreter(program)(*params, images, targets)
+    fortran = [np.asfortranarray(a) for a in (*params, images, targets)]
+    flipped = [np.flip(np.flip(a, -1).copy(), -1) for a in (*params, images, targets)]
+    for inputs in (fortran, flipped):
+        for want, got in zip(plain, Interpreter(program)(*inputs), strict=True):
+            assert got.tobytes() == want.tobytes()
+    constant = np.broadcast_to(np.float32(2), (3, 8, 8))
+    pool = jax.make_jaxpr(
+        lambda x: jax.grad(
+            lambda x: jnp.sum(lax.reduce_window(x, -jnp.inf, lax.max, (1, 3, 3), (1, 2, 2), "SAME"))
+        )(x)
+    )(np.ones((3, 8, 8), np.float32))
+    (got,) = Interpreter(pool)(constant)
+    (want,) = Interpreter(pool)(np.ascontiguousarray(constant))
+    assert got.tobytes() == want.tobytes()

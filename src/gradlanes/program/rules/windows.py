@@ -77,6 +77,19 @@ def _highest(dtype: np.dtype):
     return np.iinfo(dtype).max
 
 
+def _alike(x: np.ndarray, shape: Sequence[int], dtype, fill=None) -> np.ndarray:
+    """A new array of `shape` laid out in `x`'s memory order (axes by decreasing stride).
+
+    Arrays that meet in one ufunc call are iterated fastest when they share a layout; gradients
+    and convolutions here return transposed views, so new arrays follow their operands' order.
+    """
+    order = sorted(range(x.ndim), key=lambda axis: -abs(x.strides[axis]))
+    out = np.empty([shape[axis] for axis in order], dtype).transpose(np.argsort(order))
+    if fill is not None:
+        out[...] = fill
+    return out
+
+
 def _spread(x: np.ndarray, fill, padding: Sequence[tuple[int, int]], dilation: Sequence[int]) -> np.ndarray:
     """`x` with dilation-1 `fill`s between neighbours and (lo, hi) `fill`s at the ends of each axis.
 
@@ -88,7 +101,7 @@ def _spread(x: np.ndarray, fill, padding: Sequence[tuple[int, int]], dilation: S
     shape = [
         max(_dilated(n, d) + lo + hi, 0) for n, d, (lo, hi) in zip(x.shape, dilation, padding, strict=True)
     ]
-    out = np.full(shape, fill, x.dtype)
+    out = _alike(x, shape, x.dtype, fill)
     target, source = [], []
     for n, size, d, (lo, _) in zip(x.shape, shape, dilation, padding, strict=True):
         # element i lands at lo + i*d; keep those inside [0, size)
@@ -111,7 +124,7 @@ def _unspread(padded: np.ndarray, padding: Sequence[tuple[int, int]], shape: Seq
         return padded
     if all(lo >= 0 and hi >= 0 for lo, hi in padding):
         return padded[tuple(slice(lo, lo + n) for n, (lo, _) in zip(shape, padding, strict=True))]
-    out = np.zeros(shape, padded.dtype)
+    out = _alike(padded, shape, padded.dtype, 0)
     target, source = [], []
     for n, size, (lo, _) in zip(shape, padded.shape, padding, strict=True):
         first, last = max(0, -lo), min(n, size - lo)
@@ -150,9 +163,9 @@ def _windows(
     )
 
 
-def _offset_slices(counts: Sequence[int], offset: Sequence[int], strides: Sequence[int]) -> tuple[slice, ...]:
-    """Basic slices of the operand holding element `offset` of every window (for writing)."""
-    return tuple(
+def _offset_slices(counts: Sequence[int], offset: Sequence[int], strides: Sequence[int]) -> tuple:
+    """Basic slices of the operand holding element `offset` of every window (a view, for writing)."""
+    return (Ellipsis,) + tuple(
         slice(k, k + (n - 1) * s + 1, s) if n else slice(0, 0)
         for n, k, s in zip(counts, offset, strides, strict=True)
     )
@@ -325,10 +338,10 @@ def _select_and_scatter_add(source, operand, *, select_prim, window_dimensions, 
     counts = view.shape[: operand.ndim]
     offsets = list(np.ndindex(*window))
     chosen = _selected(view, operand, offsets, name, select)
-    out = np.zeros(padded.shape, source.dtype)
+    out = _alike(padded, padded.shape, source.dtype, 0)
     # XLA adds each source to the init 0, so a -0 source lands as +0; adding +0 for the windows
-    # that chose elsewhere then changes nothing.
-    source = source + source.dtype.type(0)
+    # that chose elsewhere then changes nothing. (Laid out as the windows are.)
+    source = np.add(source, source.dtype.type(0), out=_alike(padded, counts, source.dtype))
     if all(w <= s for w, s in zip(window, strides, strict=True)):
         # Windows that do not overlap give each position one source at most.
         for offset, mask in zip(offsets, chosen, strict=True):
@@ -350,14 +363,14 @@ def _selected(view: np.ndarray, operand: np.ndarray, offsets: list, name: str, s
     """
     counts = view.shape[: operand.ndim]
     if len(offsets) == 1:
-        return [np.ones(counts, np.bool_)]
+        return [_alike(operand, counts, np.bool_, True)]
     elements = [view[(Ellipsis, *offset)] for offset in offsets]
     if not (_is_float(operand.dtype) and np.isnan(operand).any()):
         pick = np.maximum if name == "ge" else np.minimum
         extreme = elements[0]
         for element in elements[1:]:
             extreme = pick(extreme, element)
-        taken = np.zeros(counts, np.bool_)
+        taken = np.zeros_like(extreme, np.bool_)
         chosen = []
         for element in elements:
             hit = element == extreme
@@ -365,9 +378,9 @@ def _selected(view: np.ndarray, operand: np.ndarray, offsets: list, name: str, s
             taken |= hit
             chosen.append(hit)
         return chosen
-    index = np.zeros(counts, np.intp)
+    index = np.zeros_like(elements[0], np.intp)
     best = np.array(elements[0])
-    replace = np.empty(counts, np.bool_)
+    replace = np.empty_like(elements[0], np.bool_)
     for at, element in enumerate(elements[1:], 1):
         np.logical_not(select(best, element), out=replace)
         np.copyto(best, element, where=replace)
@@ -417,10 +430,10 @@ def _select_and_gather_add(
     )
     keys = spread(operand, operand.dtype.type(0))
     values = spread(tangents, tangents.dtype.type(0))
-    present = spread(np.ones(operand.shape, np.bool_), np.False_)
+    present = spread(_alike(operand, operand.shape, np.bool_, True), np.False_)
     counts = keys.shape[: operand.ndim]
-    best_key = np.full(counts, -np.inf if name == "ge" else np.inf, operand.dtype)
-    best_value = np.zeros(counts, tangents.dtype)
+    best_key = _alike(operand, counts, operand.dtype, -np.inf if name == "ge" else np.inf)
+    best_value = _alike(operand, counts, tangents.dtype, 0)
     for offset in np.ndindex(*window):
         at = (Ellipsis, *offset)
         replace = present[at] & ~select(best_key, keys[at])
@@ -585,17 +598,19 @@ def _convolve_scattered(
     """col2im: (kernel x unpadded input) in one product, then one slice added per window offset.
 
     Input element s sits at lo + s*lhs_dilation of the padded operand; it meets kernel tap k in
-    the window at y when y*stride + k*rhs_dilation equals that position.
+    the window at y when y*stride + k*rhs_dilation equals that position. The batch is the
+    innermost axis of the product and of the result, so each add runs over whole rows of
+    batch x positions (a 5x5 kernel's 25 adds would otherwise loop over short rows).
     """
     rank = x.ndim - 2
     spatial, kernel = x.shape[2:], w.shape[2:]
     xs, ws = _grouped(x, w, feature_groups, batch_groups)  # (Gb, Nb, Gf, I, *spatial)
     groups, batch = feature_groups * batch_groups, xs.shape[1]
     per_group_out, per_group_in = ws.shape[1], ws.shape[2]
-    inputs = xs.transpose(0, 2, 3, 1, *range(4, 4 + rank)).reshape(groups, per_group_in, -1)
+    inputs = xs.transpose(0, 2, 3, *range(4, 4 + rank), 1).reshape(groups, per_group_in, -1)
     taps = ws.transpose(0, 1, *range(3, 3 + rank), 2).reshape(groups, -1, per_group_in)
-    product = np.matmul(taps, inputs).reshape(groups, per_group_out, *kernel, batch, *spatial)
-    out = np.zeros((groups, per_group_out, batch, *counts), x.dtype)
+    product = np.matmul(taps, inputs).reshape(groups, per_group_out, *kernel, *spatial, batch)
+    out = np.zeros((groups, per_group_out, *counts, batch), x.dtype)
     meets = [
         [_meeting(n, c, s, d, rd, lo, k) for k in range(kk)]
         for n, c, s, d, rd, (lo, _), kk in zip(
@@ -606,10 +621,10 @@ def _convolve_scattered(
         pairs = [meets[axis][k] for axis, k in enumerate(offset)]
         if any(p is None for p in pairs):
             continue
-        out_at = (Ellipsis, *(p[0] for p in pairs))
-        in_at = (slice(None), slice(None), *offset, slice(None), *(p[1] for p in pairs))
+        out_at = (slice(None), slice(None), *(p[0] for p in pairs))
+        in_at = (slice(None), slice(None), *offset, *(p[1] for p in pairs))
         out[out_at] += product[in_at]
-    out = out.transpose(2, 0, 1, *range(3, 3 + rank))
+    out = out.transpose(2 + rank, 0, 1, *range(2, 2 + rank))
     return out.reshape(batch, groups * per_group_out, *counts)
 
 
