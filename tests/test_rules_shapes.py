@@ -36,6 +36,8 @@ COVERED = {
     "rev",
     "pad",
     "split",
+    "stack",
+    "unstack",
     "optimization_barrier",
     "reduce_sum",
     "reduce_prod",
@@ -220,7 +222,7 @@ def axes_of(data, ndim: int) -> tuple[int, ...]:
 @settings(parent=RULE_SETTINGS, max_examples=30)
 @given(st.data())
 def test_data_movement(data):
-    """broadcast_in_dim, reshape, squeeze, transpose, slice, rev, pad, concatenate, split, barrier."""
+    """broadcast_in_dim, reshape, squeeze, transpose, slice, rev, pad, concatenate, split, stack, barrier."""
     dtype = data.draw(st.sampled_from(ALL_DTYPES))
     x = data.draw(arrays(dtype, shapes()))
     value = data.draw(arrays(dtype, ()))
@@ -247,6 +249,8 @@ def test_data_movement(data):
     config = [(1, 0, 0)] if x.ndim == 0 else config  # a 0-d pad is the operand itself
     ops.append(lambda a, v: lax.pad(jnp.reshape(a, (1,)) if x.ndim == 0 else a, v, config))
     ops.append(lambda a, v: lax.optimization_barrier((a, v)))
+    ops.append(lambda a, v: jnp.stack([a, jnp.broadcast_to(v, a.shape)], axis=a.ndim))
+    expect.append("stack")
 
     if x.ndim:
         permutation = tuple(data.draw(st.permutations(range(x.ndim))))
@@ -268,7 +272,8 @@ def test_data_movement(data):
         cuts = sorted(data.draw(st.lists(st.integers(0, x.shape[axis]), min_size=1, max_size=3)))
         sizes = [b - a for a, b in zip([0, *cuts], [*cuts, x.shape[axis]], strict=True)]
         ops.append(lambda a, v: lax.split(a, sizes, axis=axis))
-        expect += ["slice", "rev", "concatenate", "split"]
+        ops.append(lambda a, v: jnp.unstack(a, axis=axis))
+        expect += ["slice", "rev", "concatenate", "split", "unstack"]
     with x64():
         check_exact(lambda a, v: [op(a, v) for op in ops], x, value, expect=expect)
 

@@ -26,7 +26,7 @@ from gradlanes.program.jaxcompat import (
     sub_jaxprs,
 )
 from gradlanes.program.rules import EXACT_DTYPES, RULES, STRUCTURED, Rule
-from gradlanes.program.rules.prng import KeyArray
+from gradlanes.program.rules.prng import KEY_LAYOUT, KeyArray, meets_keys, on_key_words
 
 __all__ = ["RULES", "Interpreter", "UnsupportedPrimitive", "find_unsupported", "widened"]
 
@@ -45,6 +45,8 @@ def find_unsupported(jaxpr: Jaxpr) -> set[str]:
                 missing.add(name)
         elif name not in RULES and name not in STRUCTURED:
             missing.add(name)
+        elif name in RULES and meets_keys(eqn) and name not in KEY_LAYOUT:
+            missing.add(f"{name} (on PRNG keys)")
         for sub in sub_jaxprs(eqn):
             missing |= find_unsupported(sub)
     return missing
@@ -134,7 +136,9 @@ class _Plan:
                 multiple = eqn.primitive.multiple_results
             else:
                 fn, params = RULES[eqn.primitive.name], dict(eqn.params)
-                if widen and eqn.primitive.name in EXACT_DTYPES:
+                if meets_keys(eqn):  # slices, gathers ... of key arrays move their words
+                    fn, params = on_key_words(eqn, fn)
+                elif widen and eqn.primitive.name in EXACT_DTYPES:
                     fn = _at_program_dtypes(fn, [host_dtype(v.aval.dtype) for v in eqn.invars])
                 elif widen:
                     params = {key: _widen_param(value) for key, value in params.items()}

@@ -97,6 +97,16 @@ def _slice(x, *, start_indices, limit_indices, strides=None, **_):
     return x[tuple(slice(s, e, k) for s, e, k in zip(start_indices, limit_indices, strides, strict=True))]
 
 
+@rule("stack")
+def _stack(*xs, axis, **_):
+    return np.stack([np.asarray(x) for x in xs], axis=axis)
+
+
+@rule("unstack")
+def _unstack(x, *, axis, **_):
+    return [np.take(np.asarray(x), index, axis=axis) for index in range(np.shape(x)[axis])]
+
+
 @rule("rev")
 def _rev(x, *, dimensions, **_):
     return np.flip(x, axis=tuple(dimensions)) if len(dimensions) else np.asarray(x)
