@@ -343,6 +343,36 @@ def test_pooling_jvp_gathers_xlas_choice(dtype, chooser, geometry, data):
         check_exact(lambda x, t: jax.jvp(fn, (x,), (t,)), x, tangent, expect="select_and_gather_add")
 
 
+@settings(RULE_SETTINGS, max_examples=15)
+@given(
+    body=st.sampled_from(["max", "min", "add"]),
+    geometry=window_geometry(min_rank=1, dilations=False, negative_padding=False),
+    data=st.data(),
+)
+def test_pooling_float64_reference(body, geometry, data):
+    """Under widen the pooling rules see float64 operands: value, gradient and JVP of a float32
+    pooling equal XLA's float64 ones (integer-valued, so exact in both)."""
+    monoid, init = {"max": (lax.max, -np.inf), "min": (lax.min, np.inf), "add": (lax.add, 0.0)}[body]
+    x = data.draw(small_ints(np.float32, geometry[0]))
+    fn = lambda x: pooled(x, init, monoid, geometry)  # noqa: E731
+    assume(accepted(fn, x))
+    t = data.draw(small_ints(np.float32, geometry[0]))
+    cotangent = data.draw(small_ints(np.float32, jax.eval_shape(fn, x).shape))
+
+    def everything(x, t, c):
+        value, tangent = jax.jvp(fn, (x,), (t,))
+        return value, tangent, jax.grad(lambda x: jnp.sum(fn(x) * c))(x)
+
+    check_widened(
+        everything,
+        x,
+        t,
+        cotangent,
+        ulps=0,
+        expect={"add": "reduce_window_sum"}.get(body, f"reduce_window_{body}"),
+    )
+
+
 def test_second_order_pooling_gradient():
     """A Hessian-vector product through max pooling meets both pooling gradients."""
     rng = np.random.default_rng(3)
