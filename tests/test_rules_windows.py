@@ -149,7 +149,7 @@ MONOIDS = {
 }
 
 
-@settings(RULE_SETTINGS, max_examples=60)
+@settings(RULE_SETTINGS, max_examples=90)
 @given(
     name=st.sampled_from(sorted(MONOIDS)),
     dtype=st.sampled_from((np.dtype(np.bool_),) + NUMBERS),
