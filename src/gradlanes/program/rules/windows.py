@@ -283,6 +283,7 @@ def _body_monoids(jaxpr, count: int) -> list[str]:
     A body is supported when output i is one add/mul/max/min/and/or/xor of accumulator i and
     element i (each output on its own, so variadic bodies like an arg-max pair are refused).
     """
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)  # open in jax 0.10; a closed one would do as well
     ops = [eqn.primitive.name for eqn in jaxpr.eqns]
     refusal = NotImplementedError(
         f"reduce_window: the interpreter runs bodies that fold each operand with one of "
