@@ -97,6 +97,24 @@ def test_reduction_chain_adds_the_lengths_along_the_longest_path():
     assert reduction_chain(nested.jaxpr) == [14]
 
 
+def test_convolutions_and_window_sums_count_the_terms_each_output_sums():
+    from jax import lax
+
+    dims = ("NHWC", "HWIO", "NHWC")
+    images, kernel = np.ones((4, 8, 8, 3), np.float32), np.ones((5, 5, 3, 6), np.float32)
+    conv = lambda k, x: lax.conv_general_dilated(x, k, (1, 1), "VALID", dimension_numbers=dims)  # noqa: E731
+    assert reduction_chain(jax.make_jaxpr(conv)(kernel, images).jaxpr) == [5 * 5 * 3]
+    # The weight gradient sums over batch x output positions: 4 x 4 x 4, after the 75-term forward.
+    weight_grad = jax.make_jaxpr(jax.grad(lambda k, x: conv(k, x).sum()))(kernel, images)
+    assert reduction_chain(weight_grad.jaxpr) == [1 + 4 * 4 * 4]  # the cotangent broadcast, then the sum
+    pooled = lambda x: lax.reduce_window(x, 0.0, lax.add, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")  # noqa: E731
+    assert reduction_chain(jax.make_jaxpr(pooled)(images).jaxpr) == [4]
+    maxed = lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "VALID")  # noqa: E731
+    gradient = jax.make_jaxpr(jax.grad(lambda x: maxed(x).sum()))(images)
+    assert "select_and_scatter_add" in {e.primitive.name for e in gradient.jaxpr.eqns}
+    assert reduction_chain(gradient.jaxpr) == [1 + 2 * 2]  # 3-wide windows every 2: two overlap a side
+
+
 def test_the_mlp_gradient_chain_spans_batch_and_layers():
     exp = resolve("probe", small_lane(loss="mse"), 0, MNIST)
     chains = reduction_chain(capture(exp).gradient.jaxpr)

@@ -46,6 +46,16 @@ def _reduction_length(eqn) -> int:
         shape = eqn.invars[0].aval.shape
         axes = eqn.params.get("axes", (eqn.params.get("axis", 0),))
         return max(1, math.prod(shape[d] for d in axes))
+    if name == "conv_general_dilated":
+        # Each output sums one kernel's worth of products: every kernel element but the output
+        # feature (in the weight gradient's convolution, that is batch x positions).
+        kernel = eqn.invars[1].aval.shape
+        return max(1, math.prod(kernel) // kernel[eqn.params["dimension_numbers"].rhs_spec[0]])
+    if name in ("reduce_window_sum", "reduce_window"):
+        return max(1, math.prod(eqn.params["window_dimensions"]))
+    if name == "select_and_scatter_add":  # sums the cotangents of every window that picked it
+        windows, strides = eqn.params["window_dimensions"], eqn.params["window_strides"]
+        return max(1, math.prod(-(-w // s) for w, s in zip(windows, strides, strict=True)))
     return 1
 
 
