@@ -218,4 +218,4 @@ def bench_engines():
 
 
 BENCH_WORKLOADS = ["tlaloc", "rusty_16x8_float64", "rusty_16x8_float32", "rusty_256x64_float64",
-                   "rusty_256x64_float32", "softmax_b32", "softmax_b4096"]
+                   "rusty_256x64_float32", "softmax_b32", "softmax_b4096", "lenet_b128"]

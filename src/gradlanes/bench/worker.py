@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         lambda: w.rusty(64, 256, 64, 100 // scale, "float32"),
         lambda: w.softmax(images, labels, 32, 1000 // scale, engines=engines),
         lambda: w.softmax(images, labels, 4096, 20 // scale, engines=engines),
+        lambda: w.lenet(images, labels, 128, max(2, 20 // scale), engines=engines),
     ]
     result = {
         "threads": args.threads,

@@ -7,6 +7,7 @@ workloads (Tlaloc's step and the softmax steps) through their plugin, as a lane 
 2. `rusty_<in>x<out>_<dtype>`: Rusty's shapes, loss mean((relu(x W + b) - t)^2) with SGD, on
    integer-derived data divided by 8 (so every engine starts from exactly the same numbers).
 3. `softmax_b<B>`: the softmax-regression step, hand kernel against the captured gradient.
+4. `lenet_b<B>`: the cnn lanes' LeNet-5 step (convolutions, exact GELU, average pooling, Adam).
 
 Engines: `xla` (one dispatch per step, the loss read back each step as the lanes do), `xla_fused`
 (K steps in one `lax.scan` dispatch, one compilation), `interpreter`, `numpy` (hand-written
@@ -147,7 +148,11 @@ class EngineRunner:
 
 def engine_runners(engines: list[str], settings: dict, images, labels, steps: int) -> list[EngineRunner]:
     """Per extra engine, a row stepping one batch (`images`, `labels`) per dispatch and a fused row."""
-    dataset = bench_dataset(images)
+    return engine_runners_on(engines, settings, bench_dataset(images), images, labels, steps)
+
+
+def engine_runners_on(engines: list[str], settings: dict, dataset, images, labels, steps: int) -> list:
+    """`engine_runners` for a dataset description of its own (the conv net needs the image shape)."""
     same_batch = {**settings, "batch_size": "full", "train_images": len(images), "steps": steps}
     runners = []
     for engine in engines:
@@ -438,6 +443,93 @@ def _torch_softmax(torch, params, x, y):
             for p in state.values():
                 p -= 0.1 * p.grad
                 p.grad = None
+        return loss.item()
+
+    return FunctionRunner("torch", make_state, step)
+
+
+def lenet_flops(spec, batch: int) -> float:
+    """Multiply-adds x 2 of LeNet-5's convolutions and dense layers, forward and backward.
+
+    Forward, each layer's products; backward, its weight gradient and (but for C1, whose input is
+    the data) its input gradient, each as many products as the forward.
+    """
+    shapes = spec.shapes()
+    height, width = spec.image_shape
+    kernel = shapes["w1"][0] * shapes["w1"][1]
+    c1 = height * width * kernel * shapes["w1"][3]  # SAME: every pixel
+    side = (height // 2 - shapes["w2"][0] + 1, width // 2 - shapes["w2"][1] + 1)
+    c3 = side[0] * side[1] * kernel * shapes["w2"][2] * shapes["w2"][3]
+    dense = [math.prod(shapes[name]) for name in ("w3", "w4", "w5")]
+    forward = c1 + c3 + sum(dense)
+    return 2 * batch * (forward + forward + (forward - c1))
+
+
+def lenet(images: np.ndarray, labels: np.ndarray, batch: int, steps: int, engines: tuple[str, ...] = ()):
+    """LeNet-5's step (the cnn lanes' program): conv, GELU, average pooling, Adam, on one batch."""
+    settings = {
+        "engine": "xla",
+        "model": "cnn",
+        "init": "lecun_normal",
+        "loss": "xent",
+        "optimizer": "adam",
+        "learning_rate": 2e-3,
+        "batch_size": "full",
+        "steps": steps,
+        "fuse_steps": steps,
+        "train_images": batch,
+    }
+    side = math.isqrt(images.shape[1])
+    dataset = DatasetDescription("bench", 10, (side, side), len(images), 10000, {})
+    exp = resolve("bench", settings, 0, dataset)
+    program = capture(exp)
+    params = init_params(exp.model, 0)
+    x, y = images[:batch], labels[:batch].astype(np.int32)
+    leaves = program.flatten_params(params)
+    carry, data = [*leaves, *Interpreter(program.init_state)(*leaves)], [x, y]
+    work = Workload(
+        f"lenet_b{batch}",
+        f"LeNet-5 step (the cnn lanes): 5x5 convs, exact GELU, average pooling, xent, Adam, batch {batch}",
+        "float32",
+        steps,
+        images_per_step=batch,
+    )
+    work.flops_analytic = lenet_flops(exp.model, batch)
+    work.equations = count_equations(program.step.jaxpr)
+    work.runners = [
+        *_xla_pair(program, carry, data, steps),
+        InterpreterRunner(program.step, carry, data),
+        _torch_lenet(params, x, y, side),
+        *engine_runners_on(list(engines), settings, dataset, x, y, steps),
+    ]
+    return work
+
+
+@_torch_peer
+def _torch_lenet(torch, params, x, y, side):
+    """The same LeNet-5 in PyTorch eager (NCHW; kernels transposed from HWIO), Adam 2e-3."""
+    functional = torch.nn.functional
+    tx, ty = torch.from_numpy(x).reshape(-1, 1, side, side), torch.from_numpy(y.astype(np.int64))
+
+    def make_state():
+        tensors = {}
+        for name, value in params.items():
+            value = np.array(value)
+            if value.ndim == 4:  # HWIO -> OIHW
+                value = value.transpose(3, 2, 0, 1).copy()
+            tensors[name] = torch.tensor(value, requires_grad=True)
+        return {"p": tensors, "opt": torch.optim.Adam(tensors.values(), lr=2e-3, eps=1e-8)}
+
+    def step(state):
+        p, opt = state["p"], state["opt"]
+        opt.zero_grad(set_to_none=True)
+        h = functional.avg_pool2d(functional.gelu(functional.conv2d(tx, p["w1"], p["b1"], padding=2)), 2)
+        h = functional.avg_pool2d(functional.gelu(functional.conv2d(h, p["w2"], p["b2"])), 2)
+        h = h.permute(0, 2, 3, 1).reshape(h.shape[0], -1)  # NHWC flattening, as the captured model
+        h = functional.gelu(functional.gelu(h @ p["w3"] + p["b3"]) @ p["w4"] + p["b4"])
+        loss = functional.cross_entropy(h @ p["w5"] + p["b5"], ty)
+        loss.backward()
+        opt.step()
         return loss.item()
 
     return FunctionRunner("torch", make_state, step)
