@@ -33,6 +33,22 @@ def test_unknown_key_is_named_with_the_allowed_keys():
     assert "allowed under 'dataset': classes, files, mirrors, name" in message
 
 
+def test_a_lane_runs_some_of_the_experiments_seeds_and_pairs_share_one():
+    config = copy.deepcopy(BASE)
+    config["lanes"]["iree_cpu"]["seeds"] = config["seeds"][:2]
+    check_config(config, SCHEMA)
+    message = problems_of(lambda c: c["lanes"]["host"].update(seeds=[0, 99]))
+    assert "'lanes.host.seeds' names seed(s) 99 that the experiment's 'seeds' (0, 1, 2, 3, 4)" in message
+    message = problems_of(
+        lambda c: (c["lanes"]["host"].update(seeds=[0]), c["lanes"]["xla_cpu"].update(seeds=[1]))
+    )
+    assert (
+        "'agreement.pairs.host_vs_xla_cpu' compares lanes 'xla_cpu' and 'host' that share no seed" in message
+    )
+    message = problems_of(lambda c: c["lanes"]["host"].update(seeds=[]))
+    assert "'lanes.host.seeds' must be a list with at least 1 item(s); got []" in message
+
+
 def test_unknown_lane_key():
     message = problems_of(lambda c: c["lanes"]["host"].update(stepz=3))
     assert "unknown key 'lanes.host.stepz'" in message
@@ -71,7 +87,7 @@ def test_unknown_lane_key():
         ),
         (
             lambda c: c["lanes"]["host"].update(model="resnet"),
-            "'lanes.host.model' must be one of 'mlp', 'softmax'; got 'resnet'",
+            "'lanes.host.model' must be one of 'mlp', 'softmax', 'cnn'; got 'resnet'",
         ),
         (lambda c: c.update(seeds=[]), "'seeds' must be a list with at least 1 item(s); got []"),
         (

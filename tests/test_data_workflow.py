@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -63,6 +64,15 @@ def test_dry_run_lists_the_dag(tmp_path):
     assert process.returncode == 0, output_of(process)
     for rule in ("download_dataset", "prepare_dataset"):
         assert rule in process.stdout
+
+
+def test_a_lane_with_seeds_of_its_own_trains_only_those(tmp_path):
+    process = run_snakemake(
+        tmp_path, "-n", "--quiet", "rules", overrides={"lanes": {"iree_cpu": {"seeds": [1, 3]}}}
+    )
+    assert process.returncode == 0, output_of(process)
+    counts = dict(re.findall(r"^(train_\w+)\s+(\d+)$", process.stdout, re.MULTILINE))
+    assert counts["train_iree_cpu"] == "2" and counts["train_host"] == "5", process.stdout
 
 
 # The one lint gradlanes does not follow: software comes from the project's locked .venv (README,

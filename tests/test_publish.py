@@ -84,6 +84,7 @@ def test_republishing_replaces_the_whole_folder(work_files, tmp_path):
         (identity(dataset_sha256={**MNIST_PINS, "test_images": "c" * 64}), "dataset content"),
         (identity(lanes=("a", "b", "c")), "lanes: published ['a', 'b'], this run ['a', 'b', 'c']"),
         (identity(seeds=(0,)), "seeds: published [0, 1], this run [0]"),
+        (identity(lane_seeds={"b": (1,)}), "seeds per lane: published {'a': [0, 1], 'b': [0, 1]}"),
     ],
 )
 def test_another_experiment_is_refused_and_the_folder_left_byte_identical(work_files, tmp_path, other, what):
@@ -189,6 +190,17 @@ def test_what_a_killed_publish_leaves_is_ignored_by_git():
 def test_experiment_names_that_would_collide_or_break_paths_are_refused(name, message):
     assert message in " ".join(name_errors(name))
     assert name_errors("mnist") == [] and name_errors("fashion_mnist-2") == []
+
+
+def test_a_receipt_from_before_lane_seeds_means_every_lane_ran_every_seed(work_files, tmp_path):
+    target = tmp_path / "results" / "mnist"
+    publish(work_files, target, identity())
+    receipt = json.loads((target / PUBLISHED_RECEIPT).read_text())
+    del receipt["identity"]["lane_seeds"]
+    (target / PUBLISHED_RECEIPT).write_text(json.dumps(receipt))
+    publish(work_files, target, identity(lane_seeds={"a": (1, 0), "b": (0, 1)}))  # the same: not refused
+    with pytest.raises(PublishRefused, match="seeds per lane"):
+        publish(work_files, target, identity(lane_seeds={"a": (0,)}))
 
 
 def test_reordered_lanes_and_seeds_are_the_same_experiment(work_files, tmp_path):

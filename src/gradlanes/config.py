@@ -167,6 +167,22 @@ def dataset_errors(config: Mapping, dataset) -> list[str]:
     return problems
 
 
+def lane_seeds(config: Mapping, lane: str) -> list[int]:
+    """The seeds a lane runs: its own `seeds`, else every seed of the experiment, in config order."""
+    return [int(seed) for seed in config["lanes"][lane].get("seeds", config["seeds"])]
+
+
+def seed_errors(config: Mapping, name: str) -> list[str]:
+    extra = [seed for seed in lane_seeds(config, name) if seed not in config.get("seeds", [])]
+    if not extra:
+        return []
+    return [
+        f"'lanes.{name}.seeds' names seed(s) {', '.join(map(str, extra))} that the experiment's "
+        f"'seeds' ({', '.join(map(str, config.get('seeds', [])))}) does not list; a lane runs some of "
+        "the experiment's seeds"
+    ]
+
+
 def semantic_errors(config: Mapping) -> list[str]:
     problems = name_errors(config["experiment"]) if "experiment" in config else []
     lanes = config.get("lanes", {})
@@ -175,6 +191,7 @@ def semantic_errors(config: Mapping) -> list[str]:
             problems.append(f"lane '{name}' needs exactly one of 'steps' or 'epochs'")
         problems += engine_errors(name, lane)
         problems += size_errors(name, lane)
+        problems += seed_errors(config, name)
     for engine in config.get("bench", {}).get("engines", []):
         problems += uninstalled("bench.engines", engine)
     for name, check in config.get("agreement", {}).get("pairs", {}).items():
@@ -192,6 +209,11 @@ def semantic_errors(config: Mapping) -> list[str]:
             problems.append(
                 f"'agreement.pairs.{name}' compares lanes that differ in {', '.join(differing)}; "
                 "an agreement check needs the same experiment on both lanes"
+            )
+        elif not set(lane_seeds(config, pair[0])) & set(lane_seeds(config, pair[1])):
+            problems.append(
+                f"'agreement.pairs.{name}' compares lanes {pair[0]!r} and {pair[1]!r} that share no seed; "
+                "a pair is compared seed by seed"
             )
     return problems
 

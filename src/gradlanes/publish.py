@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -37,17 +37,22 @@ class PublishRefused(UserFacingError):
 
 @dataclass(frozen=True)
 class Identity:
-    """What makes two runs the same experiment: the data, the lanes and the seeds."""
+    """What makes two runs the same experiment: the data, the lanes and the seeds each lane ran."""
 
     experiment: str
     dataset: str
     dataset_sha256: Mapping[str, str]
     lanes: tuple[str, ...]
     seeds: tuple[int, ...]
+    lane_seeds: Mapping[str, Sequence[int]] | None = None  # lane -> its seeds; None: every lane all
+
+    def seeds_of(self) -> dict[str, list[int]]:
+        given = self.lane_seeds or {}
+        return {lane: sorted(int(s) for s in given.get(lane, self.seeds)) for lane in self.lanes}
 
     def as_dict(self) -> dict:
         return {**asdict(self), "dataset_sha256": dict(self.dataset_sha256), "lanes": list(self.lanes),
-                "seeds": list(self.seeds)}  # fmt: skip
+                "seeds": list(self.seeds), "lane_seeds": self.seeds_of()}  # fmt: skip
 
 
 def with_program_files(files: Mapping[str, Path]) -> dict[str, Path]:
@@ -76,12 +81,22 @@ def conflicts(published: Mapping, identity: Identity) -> list[str]:
     settings changed is the same experiment, rerun (its records say what it ran).
     """
     mine = identity.as_dict()
+    theirs_identity = dict(published.get("identity", {}))
+    if "lane_seeds" not in theirs_identity:  # receipts from before lanes had seeds of their own
+        theirs_identity["lane_seeds"] = {
+            lane: theirs_identity.get("seeds") for lane in theirs_identity.get("lanes", [])
+        }
     problems = []
     for key, what in (("dataset", "dataset"), ("dataset_sha256", "dataset content"),
-                      ("lanes", "lanes"), ("seeds", "seeds")):  # fmt: skip
-        theirs = published.get("identity", {}).get(key)
-        same = sorted(theirs or []) == sorted(mine[key]) if key in ("lanes", "seeds") else theirs == mine[key]
-        if not same:
+                      ("lanes", "lanes"), ("seeds", "seeds"), ("lane_seeds", "seeds per lane")):  # fmt: skip
+        theirs = theirs_identity.get(key)
+        if key in ("lanes", "seeds"):
+            same = sorted(theirs or []) == sorted(mine[key])
+        elif key == "lane_seeds":
+            same = {lane: sorted(seeds or []) for lane, seeds in (theirs or {}).items()} == mine[key]
+        else:
+            same = theirs == mine[key]
+        if not same and not (key == "lane_seeds" and problems):  # lanes or seeds differing says it
             problems.append(f"{what}: published {theirs!r}, this run {mine[key]!r}")
     return problems
 

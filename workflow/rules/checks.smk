@@ -10,7 +10,7 @@ rule agreement:
     params:
         agreement=config["agreement"],
         lanes={lane: config["lanes"][lane] for lane in agreement_lanes()},
-        seeds=SEEDS,
+        seeds=LANE_SEEDS,
     log:
         log_path("agreement.log"),
     script:

@@ -5,7 +5,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from gradlanes.atomic import recover_folder
-from gradlanes.config import ConfigError, check_config, check_dataset, coerce_switches
+from gradlanes.config import ConfigError, check_config, check_dataset, coerce_switches, lane_seeds
 from gradlanes.data.description import DatasetDescription
 from gradlanes.layout import default_experiment, published, work
 from gradlanes.publish import Identity, PublishRefused, check_replaceable
@@ -35,7 +35,9 @@ SEEDS = [int(seed) for seed in config["seeds"]]
 EXPERIMENT = default_experiment(config)
 WORK = work(EXPERIMENT)
 PUBLISHED = published(EXPERIMENT)
-IDENTITY = Identity(EXPERIMENT, DATASET, pinned_content(), tuple(LANES), tuple(SEEDS))
+# The seeds each lane runs: the experiment's, or the fewer a lane's own `seeds` names.
+LANE_SEEDS = {lane: lane_seeds(config, lane) for lane in LANES}
+IDENTITY = Identity(EXPERIMENT, DATASET, pinned_content(), tuple(LANES), tuple(SEEDS), LANE_SEEDS)
 
 # Before any job: put back a published folder a killed publish left aside, and refuse at once a
 # run that would end by publishing over another experiment (publish checks again at the end).
@@ -154,7 +156,7 @@ def lane_outputs(lane, seed="{seed}"):
 
 
 def all_lane_records():
-    return [lane_outputs(lane, seed)["record"] for lane in LANES for seed in SEEDS]
+    return [lane_outputs(lane, seed)["record"] for lane in LANES for seed in LANE_SEEDS[lane]]
 
 
 def agreement_lanes():
@@ -165,7 +167,7 @@ def agreement_lanes():
 def agreement_inputs(wildcards):
     files = {"arrays": dataset_arrays(), "manifest": dataset_manifest()}
     for lane in agreement_lanes():
-        for seed in SEEDS:
+        for seed in LANE_SEEDS[lane]:
             for kind, path in lane_outputs(lane, seed).items():
                 files[f"{lane}/{seed}/{kind}"] = path
             files[f"{lane}/{seed}/init"] = init_weights_path(lane).format(seed=seed)
@@ -182,14 +184,13 @@ def minibatch_lanes():
 
 
 def figure_inputs(wildcards):
-    first_seed = SEEDS[0]
     files = {"arrays": dataset_arrays(), "summary": WORK.summary("parquet")}
     for lane in LANES:
-        for seed in SEEDS:
+        for seed in LANE_SEEDS[lane]:
             outputs = lane_outputs(lane, seed)
             files[f"{lane}/{seed}/record"] = outputs["record"]
             files[f"{lane}/{seed}/curve"] = outputs["curve"]
-        files[f"{lane}/model"] = lane_outputs(lane, first_seed)["model"]
+        files[f"{lane}/model"] = lane_outputs(lane, LANE_SEEDS[lane][0])["model"]
     return files
 
 
@@ -199,7 +200,7 @@ def publish_inputs(wildcards):
     for program in sorted({lane_program_id(lane) for lane in program_lanes()}):
         files[f"programs/{program}/program.json"] = program_manifest(program)
     for lane in LANES:
-        for seed in SEEDS:
+        for seed in LANE_SEEDS[lane]:
             for kind in ("record", "curve", "digits"):
                 path = lane_outputs(lane, seed)[kind]
                 files[path.removeprefix(f"{WORK.root}/")] = path

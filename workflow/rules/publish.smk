@@ -17,6 +17,7 @@ rule publish:
         target=PUBLISHED.root,
         lanes=LANES,
         seeds=SEEDS,
+        lane_seeds=LANE_SEEDS,
         replace=config["replace_published"],
     log:
         log_path("publish.log"),

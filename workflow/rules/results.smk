@@ -27,7 +27,7 @@ rule figures:
         },
     params:
         lanes=LANES,
-        seeds=SEEDS,
+        seeds=LANE_SEEDS,
         minibatch=minibatch_lanes(),
     log:
         log_path("figures.log"),

@@ -36,8 +36,9 @@ with job_logging(smk.log[0]) as log:
     def files(lane, seed):
         return LaneFiles(*(smk.input[f"{lane}/{seed}/{kind}"] for kind in ("record", "curve", "model")))
 
-    for seed in smk.params.seeds:
-        for lane in smk.params.lanes:
+    lane_seeds = smk.params.seeds  # lane -> the seeds it ran
+    for seed in sorted({seed for seeds in lane_seeds.values() for seed in seeds}):
+        for lane in (lane for lane in smk.params.lanes if seed in lane_seeds[lane]):
             exp = experiment(lane, seed)
             sizes = (exp.train_images, exp.test_images)
             if sizes not in datasets:  # every lane and seed of one size shares one loaded copy
@@ -52,6 +53,8 @@ with job_logging(smk.log[0]) as log:
                 settings.get("early_loss_u"),
             )
         for name, pair in settings["pairs"].items():
+            if seed not in lane_seeds[pair["reference"]] or seed not in lane_seeds[pair["candidate"]]:
+                continue  # a pair is compared on the seeds both lanes ran
             checks += pair_checks(
                 name,
                 pair,

@@ -14,8 +14,10 @@ from gradlanes.run.modelfile import load_model
 smk = snakemake  # noqa: F821 - injected by Snakemake
 
 with job_logging(smk.log[0]) as log:
-    lanes, seeds = smk.params.lanes, smk.params.seeds
-    records = {lane: json.loads(Path(smk.input[f"{lane}/{seeds[0]}/record"]).read_text()) for lane in lanes}
+    lanes, seeds = smk.params.lanes, smk.params.seeds  # seeds: lane -> the seeds it ran
+    records = {
+        lane: json.loads(Path(smk.input[f"{lane}/{seeds[lane][0]}/record"]).read_text()) for lane in lanes
+    }
     ok = [lane for lane in lanes if records[lane]["status"] == "ok"]
     # Every lane of the config, run or not, so that a lane keeps its colour in every figure; lanes
     # repeating an earlier lane's experiment (its config block but the seed) are dashed.
@@ -24,7 +26,9 @@ with job_logging(smk.log[0]) as log:
         for lane in lanes
     }
     styles = figures.lane_styles(lanes, experiments)
-    curves = {lane: [pd.read_parquet(smk.input[f"{lane}/{seed}/curve"]) for seed in seeds] for lane in ok}
+    curves = {
+        lane: [pd.read_parquet(smk.input[f"{lane}/{seed}/curve"]) for seed in seeds[lane]] for lane in ok
+    }
     figures.loss_curves(
         {lane: curves[lane][0] for lane in ok},
         {lane: records[lane]["config"]["steps_per_epoch"] for lane in ok},
@@ -45,7 +49,9 @@ with job_logging(smk.log[0]) as log:
     )
     figures.cost_and_accuracy(pd.read_parquet(smk.input.summary), smk.output.cost_accuracy, styles)
     every_seed = [
-        json.loads(Path(smk.input[f"{lane}/{seed}/record"]).read_text()) for lane in lanes for seed in seeds
+        json.loads(Path(smk.input[f"{lane}/{seed}/record"]).read_text())
+        for lane in lanes
+        for seed in seeds[lane]
     ]
     paired_differences(paired_comparisons(every_seed, lanes), smk.output.paired_differences, styles)
     log.info("drew %d figures for lanes %s", 5, ", ".join(ok))

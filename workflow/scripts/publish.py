@@ -17,6 +17,7 @@ with job_logging(smk.log[0]) as log:
         dataset_sha256=dataset.content_sha256,
         lanes=tuple(smk.params.lanes),
         seeds=tuple(int(seed) for seed in smk.params.seeds),
+        lane_seeds={lane: tuple(seeds) for lane, seeds in smk.params.lane_seeds.items()},
     )
     files = {name: Path(path) for name, path in smk.input.items() if name != "dataset_manifest"}
     receipt = publish(files, Path(smk.params.target), identity, replace=bool(smk.params.replace))
