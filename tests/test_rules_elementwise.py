@@ -1,0 +1,940 @@
+"""Elementwise rules against XLA: every primitive, every dtype it accepts, edge values included.
+
+Each generated case runs one program holding the primitive once per accepted dtype and per shape
+(a scalar, a zero-size array and a 2x5 array, plus a 2x5-with-scalar pair for binary operations),
+so one XLA compile serves every case of a primitive (cases differ in values only, drawn from a
+hypothesis seed). Values mix each dtype's edge values (0, -0.0, ±1, extremes, ±inf, NaN,
+subnormals, integer-range boundaries, halves), random bit patterns (every NaN payload and
+subnormal) and moderate values. Exact operations are compared bit for bit (the budgets below say
+which are not, and why); the value check of `oracle.check` does not see the sign of zero, so
+`test_zero_signs_and_specials` compares bits on a grid of special values. float rules also go
+through `oracle.check_widened` on float32 inputs. Shape handling (broadcasting, 0-d, zero-size,
+odd shapes) gets its own cases from `oracle.shapes()`.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
+from jax import lax
+from oracle import (
+    ALL_DTYPES,
+    FLOATS,
+    INTEGERS,
+    RULE_SETTINGS,
+    SIGNED,
+    arrays,
+    check_widened,
+    primitives,
+    shapes,
+    x64,
+)
+from oracle import check as oracle_check
+
+from gradlanes.program.interpreter import RULES, Interpreter
+
+BOOL = np.dtype(np.bool_)
+BF16, F16, F32, F64 = (
+    np.dtype(ml_dtypes.bfloat16),
+    np.dtype(np.float16),
+    np.dtype(np.float32),
+    np.dtype(np.float64),
+)
+NUMERIC = INTEGERS + FLOATS
+ORDERED = (BOOL,) + INTEGERS + FLOATS
+BOOL_OR_INT = (BOOL,) + INTEGERS
+
+
+def _interpreter_flushes_subnormals() -> bool:
+    """Whether the interpreter runs in XLA's float environment (1e-39 + 0 is 0, as on XLA), or in
+    NumPy's IEEE mode, the difference tests/oracle.py declares (no subnormal inputs then)."""
+    x = np.float32(1e-39)
+    (total,) = Interpreter(jax.make_jaxpr(lax.add)(x, x))(x, np.float32(0))
+    return not total
+
+
+INTERPRETER_FLUSHES = _interpreter_flushes_subnormals()
+_AS_FLOAT32: dict = {}
+
+
+def check(fn, *args, ulps: float = 0.0, expect: str | None = None):
+    """`oracle.check`, with bfloat16 results compared as float32 (exactly the same values): the
+    oracle compares bfloat16 with assert_array_equal, which sees no NaN in bfloat16 and takes no
+    ulps. A bfloat16 ulp is 2^16 float32 ulps at the same value, subnormals included. The
+    optimization barrier keeps XLA from fusing the conversion into the operation (its excess
+    precision would then skip the rounding to bfloat16)."""
+    key = (
+        fn,
+        jax.config.jax_enable_x64,
+        tuple((np.shape(a), np.result_type(a)) for a in jax.tree_util.tree_leaves(args)),
+    )
+    if key not in _AS_FLOAT32:
+        outputs = [o.dtype for o in jax.tree_util.tree_leaves(jax.eval_shape(fn, *args))]
+        if BF16 not in outputs:
+            _AS_FLOAT32[key] = None
+        else:
+            assert not ulps or all(d == BF16 for d in outputs if d.kind == "f"), "bfloat16 beside floats"
+
+            def as_float32(*operands):
+                results = lax.optimization_barrier(fn(*operands))
+                return jax.tree_util.tree_map(
+                    lambda r: r.astype(jnp.float32) if r.dtype == BF16 else r, results
+                )
+
+            _AS_FLOAT32[key] = as_float32
+    wrapped = _AS_FLOAT32[key]
+    if wrapped is None:
+        return oracle_check(fn, *args, ulps=ulps, expect=expect)
+    return oracle_check(wrapped, *args, ulps=ulps * 2**16, expect=expect)
+
+
+# ---- error budgets --------------------------------------------------------------------------------
+# Exact operations (IEEE + - * / sqrt, comparisons, integer and bit operations, conversions,
+# selection, rounding to integers) are compared bit for bit: budget 0.
+#
+# A transcendental function f ("leaf") gets 2 (X + N) ulps of XLA's result:
+# - X: JAX's documented CPU maximum error of f, in ulps of the exact result (docs/accuracy.md,
+#   "Numerical accuracy"; exhaustive for float32 unary functions and 16-bit types, sampled, so a
+#   lower bound, for float64).
+# - N: ours, in ulps of the exact result: NumPy's validated `ulperrortol` for the function
+#   (numpy/_core/tests/data/umath-validation-set-*.csv), or glibc's maximum for functions NumPy
+#   computes with the C library (arctan2, power: sysdeps/x86_64/fpu/libm-test-ulps), both counted
+#   from the correctly rounded result, plus the 0.5 that one is from the exact value.
+# - Both within X and N ulps of the exact value: within X + N of each other in its ulps.
+#   `oracle.check` counts ulps of XLA's result, which are half as large when a power of two lies
+#   between it and the exact value, hence the 2. Equivalently the two results differ by a relative
+#   2 (X + N) u at most (u = 2^-24 for float32, 2^-53 for float64, 2^-11 and 2^-8 for float16 and
+#   bfloat16), since an ulp is at least |value| u; `formula_budget` propagates such relative
+#   differences through XLA's formulas.
+# float16/bfloat16 leaves are float32 leaves rounded once on both sides (XLA's lowering converts
+# around each): ours is within 0.5 + 2^-13 ulps of the exact value, X16 from JAX's float16 and
+# bfloat16 tables; results on these grids differ by whole or half ulps, which absorbs the 2^-13.
+#
+# (X, N) per leaf for float32 and float64; X for (float16, bfloat16).
+LEAF_32 = {
+    "exp": (1.5, 3.5),
+    "log": (1.5, 4.5),
+    "log1p": (3.0, 2.5),
+    "expm1": (6.5, 3.5),
+    "sin": (0.5, 2.5),
+    "cos": (0.5, 2.5),
+    "tan": (0.5, 4.5),
+    "tanh": (5.0, 2.5),
+    "cbrt": (0.5, 2.5),
+    "atan2": (0.5, 2.5),  # glibc atan2f: 2
+    # JAX's table has no pow: XLA CPU calls the C library's powf, as NumPy's float32 power does
+    # (glibc: 1 ulp; identical results, but the budget does not rely on that).
+    "pow": (1.5, 1.5),
+    # Ours is 1 / sqrt(x): two correctly rounded operations, a relative 2u, at most 2 ulps.
+    "rsqrt": (2.0, 2.0),
+}
+LEAF_64 = {
+    "exp": (2.0, 1.5),
+    "log": (0.5, 1.5),
+    "log1p": (2.0, 1.5),
+    "expm1": (4.5, 1.5),
+    "sin": (0.5, 1.5),
+    "cos": (0.5, 1.5),
+    "tan": (0.5, 1.5),
+    "tanh": (7.0, 2.5),
+    "cbrt": (0.5, 2.5),
+    "atan2": (0.5, 0.5),  # glibc atan2: correctly rounded in its tests
+    "pow": (1.5, 1.5),  # glibc pow: 1 ulp, both sides (as for float32)
+    "rsqrt": (1.5, 2.0),
+}
+LEAF_16 = {
+    "exp": (1.0, 0.5),
+    "log": (1.0, 0.5),
+    "log1p": (1.0, 0.5),
+    "expm1": (2.5, 0.5),
+    "sin": (1.0, 0.5),
+    "cos": (1.0, 0.5),
+    "tan": (1.0, 0.5),
+    "tanh": (0.5, 0.5),
+    "cbrt": (1.0, 0.5),
+    "atan2": (1.0, 1.0),
+    "pow": (0.5, 0.5),  # no table entry: XLA's is powf rounded once (its bfloat16 HLO shows it)
+    "rsqrt": (0.5, 0.5),
+}
+
+
+def leaf_budget(name: str, dtype: np.dtype) -> float:
+    """2 (X + N) for one leaf: in ulps of XLA's result, and as a relative difference in u."""
+    if dtype in (F16, BF16):
+        return 2 * (LEAF_16[name][dtype == BF16] + 0.5)
+    x, n = (LEAF_64 if dtype == F64 else LEAF_32)[name]
+    return 2 * (x + n)
+
+
+def formula_budget(name: str, dtype: np.dtype) -> float:
+    """Functions XLA expands into formulas, which the interpreter evaluates the same way, in the
+    same order and precision: the sides differ only where a leaf does (identical inputs to every
+    exact operation give identical results). In units of u, each later correctly rounded
+    operation adds 2 (one rounding per side), a sum of same-sign terms or a product passes its
+    operands' relative differences through, a difference a - b amplifies them by (a + b) / (a - b)."""
+    leaf = functools.partial(leaf_budget, dtype=dtype)
+    if name == "exp2":  # exp(log(2) * x): the product is the same rounded value on both sides
+        return leaf("exp")
+    if name == "logistic":  # 1 / (1 + e), e = exp(-x): e <= 1 + e, then the add and the divide
+        return leaf("exp") + 2 + 2
+    if name in ("asin", "acos", "atan"):  # one atan2 of identical operands (asin doubles it: exact)
+        return leaf("atan2")
+    if name in ("sinh", "cosh"):
+        if dtype in (F16, BF16):
+            # chlo computes the whole formula in float32 and rounds once: float32 results a few
+            # float32 ulps apart round to the same or to adjacent float16/bfloat16 values.
+            return 1
+        if name == "cosh":  # exp(x - log 2) + exp(-log 2 - x): a sum of positive terms
+            return leaf("exp") + 2
+        # |x| < 1: e = expm1(x) is in (-0.632, 1.718); e + 1 amplifies e's difference by
+        # |e / (e + 1)| <= 1.718; e / (e + 1) adds both; e + e / (e + 1) sums same-sign terms;
+        # / 2 is exact.
+        e = leaf("expm1")
+        small = e + (1.718 * e + 2) + 2 + 2
+        # |x| >= 1: exp(x - log 2) - exp(-log 2 - x), amplified by coth|x| <= coth 1 < 1.314.
+        large = 1.314 * leaf("exp") + 2
+        return float(np.ceil(max(small, large)))
+    if name in ("asinh", "acosh"):
+        # log1p of an argument both sides compute identically, or log(|x|) + log 2 (positive).
+        return max(leaf("log1p"), leaf("log") + 2)
+    if name == "atanh":  # (log1p(x) - log1p(-x)) / 2: terms of opposite signs, magnitudes add
+        return leaf("log1p") + 2
+    raise KeyError(name)
+
+
+# ---- generated values -----------------------------------------------------------------------------
+def _float_edges(dtype: np.dtype) -> np.ndarray:
+    info = ml_dtypes.finfo(dtype) if dtype == BF16 else np.finfo(dtype)
+    tiny, sub = float(info.smallest_normal), float(info.smallest_subnormal)
+    values = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 2.0, 3.0, -3.0, 10.0, 100.0]
+    values += [np.inf, -np.inf, np.nan, -np.nan, float(info.max), -float(info.max), tiny, -tiny]
+    values += [sub, -sub, tiny - sub, -(tiny - sub), float(info.eps), 1 - float(info.eps) / 2]
+    values += [127.5, 128.0, -128.5, -129.0, 255.5, 256.0, 32767.5, 32768.0, -32769.0, 65535.5]
+    values += [65536.0, 2.0**31, -(2.0**31), 2.0**32, 2.0**63, -(2.0**63), 2.0**64, 1e10, -1e10]
+    values += [2.0**24 + 1, 2.0**53 + 1, np.pi / 2, 0.7, -0.3, 88.7, 89.0, -87.3, -104.0, 709.7]
+    values += [1e-5, -1e-8, 0.999, 1.0001, 1e19, 2e19, 1.7e38, 0.49999997]
+    with np.errstate(over="ignore"):
+        return np.array(values, np.float64).astype(np.float32 if dtype == BF16 else dtype).astype(dtype)
+
+
+def _integer_edges(dtype: np.dtype) -> np.ndarray:
+    info = np.iinfo(dtype)
+    width = 8 * dtype.itemsize
+    values = {0, 1, 2, 3, 5, 6, 7, 8, 31, 32, 33, 63, 64, 127, 128, 255, 256, info.max, info.max - 1}
+    values |= {info.min, info.min + 1, info.max // 2, info.max // 2 + 1, width - 1, width, width + 1}
+    values |= {-1, -2, -3, -5, -8, -64, -width}
+    values |= {2**k + d for k in range(width) for d in (-1, 0, 1)}
+    values |= {-(2**k) for k in range(width)}
+    return np.array(sorted(v for v in values if info.min <= v <= info.max), dtype=dtype)
+
+
+def _edges(dtype: np.dtype) -> np.ndarray:
+    if dtype == BOOL:
+        return np.array([False, True])
+    return _integer_edges(dtype) if dtype.kind in "iu" else _float_edges(dtype)
+
+
+def _moderate(rng: np.random.Generator, dtype: np.dtype, size: int) -> np.ndarray:
+    if dtype == BOOL:
+        return rng.random(size) < 0.5
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(max(info.min, -40), min(info.max, 40), size, endpoint=True).astype(dtype)
+    scale = 10.0 ** rng.integers(-3, 3, size, endpoint=True)
+    return (rng.standard_normal(size) * scale).astype(np.float32).astype(dtype)
+
+
+def values(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """An array of `dtype`: a third edge values, a quarter random bit patterns, the rest moderate."""
+    size = int(np.prod(shape, dtype=np.int64))
+    edges = _edges(dtype)
+    picked = edges[rng.integers(0, len(edges), size)]
+    bits = rng.integers(0, 256, size * dtype.itemsize, dtype=np.uint8).view(dtype)
+    if dtype == BOOL:
+        bits = bits.view(np.uint8) & 1 == 1
+    choice = rng.random(size)
+    out = np.where(choice < 0.35, picked, np.where(choice < 0.6, bits, _moderate(rng, dtype, size)))
+    out = out.astype(dtype).reshape(shape)
+    if INTERPRETER_FLUSHES or dtype.kind not in "fV":
+        return out
+    # NumPy's IEEE mode: subnormals become the smallest normal of their sign (oracle.arrays has
+    # none), an edge value of its own.
+    tiny = ml_dtypes.finfo(dtype).smallest_normal
+    with np.errstate(invalid="ignore"):  # bfloat16 NaN payloads
+        wide = out.astype(np.float64)
+    subnormal = (wide != 0) & (np.abs(wide) < float(tiny))
+    return np.where(subnormal, np.copysign(float(tiny), wide).astype(dtype), out)
+
+
+def shift_amounts(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """Shift amounts: every in-range amount, the width, past it, and negative ones."""
+    width = 8 * dtype.itemsize
+    pool = [*range(width + 2), width * 2, int(np.iinfo(dtype).max)]
+    if dtype.kind == "i":
+        pool += [-1, -width, int(np.iinfo(dtype).min)]
+    size = int(np.prod(shape, dtype=np.int64))
+    return np.array(pool, dtype=object).astype(dtype)[rng.integers(0, len(pool), size)].reshape(shape)
+
+
+SEEDS = st.integers(0, 2**32 - 1)
+#: Cases per primitive: each holds every accepted dtype in four shapes (31 values a dtype for a
+#: binary operation). No shrinking: a case is a seed, and a smaller seed is no simpler case.
+EXAMPLES = settings(parent=RULE_SETTINGS, max_examples=8, phases=[Phase.explicit, Phase.generate])
+CASE_SHAPES = ((), (0,), (2, 5))
+
+
+# ---- the specs ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Spec:
+    """How to exercise one primitive: `op` on operands of one dtype, the dtypes it accepts."""
+
+    op: Any
+    dtypes: tuple
+    arity: int = 1
+    ulps: Any = 0  # a number, or a function of the dtype
+    operands: Any = None  # (rng, dtype, shape, position) -> array; default `values`
+    widened: bool = False  # check the float64 reference on float32 inputs too
+    expect: str | None = None
+
+
+def _unary(fn, dtypes, **kw):
+    return Spec(fn, dtypes, 1, **kw)
+
+
+def _binary(fn, dtypes, **kw):
+    return Spec(fn, dtypes, 2, **kw)
+
+
+def _shift_operands(rng, dtype, shape, position):
+    return values(rng, dtype, shape) if position == 0 else shift_amounts(rng, dtype, shape)
+
+
+def _leaf(name):
+    return lambda dtype: leaf_budget(name, dtype)
+
+
+def _formula(name):
+    return lambda dtype: formula_budget(name, dtype)
+
+
+def _unary_float(name, fn, budget, **kw):
+    return _unary(fn, FLOATS, ulps=budget, widened=True, expect=name, **kw)
+
+
+SPECS: dict[str, Spec] = {
+    # arithmetic (exact: correctly rounded, float16/bfloat16 through float32, integers wrap)
+    "add": _binary(lax.add, NUMERIC, widened=True),
+    "sub": _binary(lax.sub, NUMERIC, widened=True),
+    "mul": _binary(lax.mul, NUMERIC, widened=True),
+    "div": _binary(lax.div, NUMERIC, widened=True),
+    "rem": _binary(lax.rem, INTEGERS + FLOATS, widened=True),
+    "max": _binary(lax.max, ORDERED, widened=True),
+    "min": _binary(lax.min, ORDERED, widened=True),
+    "atan2": _binary(lax.atan2, FLOATS, ulps=_leaf("atan2"), widened=True),
+    "pow": _binary(lax.pow, FLOATS, ulps=_leaf("pow"), widened=True),
+    "nextafter": _binary(lax.nextafter, FLOATS),
+    "mulhi": _binary(lax.mulhi, INTEGERS),
+    "square": _unary(lax.square, NUMERIC, widened=True),
+    "neg": _unary(lax.neg, NUMERIC, widened=True),
+    "abs": _unary(lax.abs, SIGNED + FLOATS, widened=True),
+    "sign": _unary(lax.sign, NUMERIC, widened=True),
+    "floor": _unary(lax.floor, FLOATS, widened=True),
+    "ceil": _unary(lax.ceil, FLOATS, widened=True),
+    "round": _unary(
+        lambda x: (
+            lax.round(x, lax.RoundingMethod.AWAY_FROM_ZERO),
+            lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN),
+        ),
+        FLOATS,
+        widened=True,
+    ),
+    "is_finite": _unary(lax.is_finite, FLOATS, widened=True),
+    "sqrt": _unary(lax.sqrt, FLOATS, widened=True),  # correctly rounded on both sides
+    # comparisons and logic
+    "eq": _binary(lax.eq, ORDERED),
+    "ne": _binary(lax.ne, ORDERED),
+    "lt": _binary(lax.lt, ORDERED),
+    "le": _binary(lax.le, ORDERED),
+    "gt": _binary(lax.gt, ORDERED),
+    "ge": _binary(lax.ge, ORDERED),
+    "and": _binary(lax.bitwise_and, BOOL_OR_INT),
+    "or": _binary(lax.bitwise_or, BOOL_OR_INT),
+    "xor": _binary(lax.bitwise_xor, BOOL_OR_INT),
+    "not": _unary(lax.bitwise_not, BOOL_OR_INT),
+    "population_count": _unary(lax.population_count, INTEGERS),
+    "clz": _unary(lax.clz, INTEGERS),
+    "shift_left": _binary(lax.shift_left, INTEGERS, operands=_shift_operands),
+    "shift_right_logical": _binary(lax.shift_right_logical, INTEGERS, operands=_shift_operands),
+    "shift_right_arithmetic": _binary(lax.shift_right_arithmetic, INTEGERS, operands=_shift_operands),
+    # transcendental leaves
+    "exp": _unary_float("exp", lax.exp, _leaf("exp")),
+    "log": _unary_float("log", lax.log, _leaf("log")),
+    "log1p": _unary_float("log1p", lax.log1p, _leaf("log1p")),
+    "expm1": _unary_float("expm1", lax.expm1, _leaf("expm1")),
+    "sin": _unary_float("sin", lax.sin, _leaf("sin")),
+    "cos": _unary_float("cos", lax.cos, _leaf("cos")),
+    "tan": _unary_float("tan", lax.tan, _leaf("tan")),
+    "tanh": _unary_float("tanh", lax.tanh, _leaf("tanh")),
+    "cbrt": _unary_float("cbrt", lax.cbrt, _leaf("cbrt")),
+    "rsqrt": _unary_float("rsqrt", lax.rsqrt, _leaf("rsqrt")),
+    # formulas XLA expands
+    "exp2": _unary_float("exp2", lax.exp2, _formula("exp2")),
+    "logistic": _unary_float("logistic", lax.logistic, _formula("logistic")),
+    "asin": _unary_float("asin", lax.asin, _formula("asin")),
+    "acos": _unary_float("acos", lax.acos, _formula("acos")),
+    "atan": _unary_float("atan", lax.atan, _formula("atan")),
+    "sinh": _unary_float("sinh", lax.sinh, _formula("sinh")),
+    "cosh": _unary_float("cosh", lax.cosh, _formula("cosh")),
+    "asinh": _unary_float("asinh", lax.asinh, _formula("asinh")),
+    "acosh": _unary_float("acosh", lax.acosh, _formula("acosh")),
+    "atanh": _unary_float("atanh", lax.atanh, _formula("atanh")),
+    # identities
+    "copy": _unary(lambda x: lax.copy_p.bind(x), ALL_DTYPES),
+    "stop_gradient": _unary(lax.stop_gradient, ALL_DTYPES),
+    "reduce_precision": _unary(
+        lambda x: [lax.reduce_precision(x, e, m) for e, m in ((5, 10), (8, 7), (2, 1), (4, 3), (11, 0))],
+        FLOATS,
+        widened=True,
+    ),
+}
+
+
+def _budget(spec: Spec, dtype: np.dtype) -> float:
+    return spec.ulps(dtype) if callable(spec.ulps) else spec.ulps
+
+
+@functools.cache
+def _program(name: str, arity: int, count: int):
+    """One function applying primitive `name` to `count` groups of `arity` operands (one object per
+    program, so XLA's compile cache serves every case)."""
+    op = SPECS[name].op
+
+    def program(*operands):
+        return [op(*operands[i : i + arity]) for i in range(0, arity * count, arity)]
+
+    return program
+
+
+def _operand_sets(spec: Spec, dtype: np.dtype, rng: np.random.Generator) -> list[np.ndarray]:
+    make = spec.operands or (lambda rng, dtype, shape, position: values(rng, dtype, shape))
+    groups = [[make(rng, dtype, shape, k) for k in range(spec.arity)] for shape in CASE_SHAPES]
+    if spec.arity == 2:  # an array with a scalar, as literals appear in jaxprs
+        groups.append([make(rng, dtype, (2, 5), 0), make(rng, dtype, (), 1)])
+    return [x for group in groups for x in group]
+
+
+def check_spec(name: str, seed: int) -> None:
+    """One generated case of `name`: its dtypes grouped by budget, one oracle check per group."""
+    spec = SPECS[name]
+    rng = np.random.default_rng(seed)
+    by_budget: dict[tuple[float, bool], list[np.dtype]] = {}
+    for dtype in spec.dtypes:  # bfloat16 apart: `check` measures it in float32 ulps
+        by_budget.setdefault((_budget(spec, dtype), dtype == BF16), []).append(dtype)
+    with x64():
+        for (ulps, _), dtypes in sorted(by_budget.items()):
+            operands = [x for dtype in dtypes for x in _operand_sets(spec, dtype, rng)]
+            count = len(operands) // spec.arity
+            check(_program(name, spec.arity, count), *operands, ulps=ulps, expect=spec.expect or name)
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+@EXAMPLES
+@given(seed=SEEDS)
+def test_generated_cases_match_xla(name, seed):
+    check_spec(name, seed)
+
+
+WIDENED = sorted(name for name, spec in SPECS.items() if spec.widened)
+
+
+def widened_budget(name: str) -> float:
+    """float64 ulps between the float64 reference and XLA in float64: exact operations 0; leaves
+    and formulas by the float64 budgets above (the reference evaluates the same formulas)."""
+    spec = SPECS[name]
+    return _budget(spec, F64)
+
+
+@pytest.mark.parametrize("name", WIDENED)
+@settings(parent=EXAMPLES, max_examples=4)
+@given(seed=SEEDS)
+def test_float64_reference_matches_xla_in_float64(name, seed):
+    spec = SPECS[name]
+    rng = np.random.default_rng(seed)
+    operands = _operand_sets(spec, F32, rng)
+    count = len(operands) // spec.arity
+    check_widened(_program(name, spec.arity, count), *operands, ulps=widened_budget(name), expect=name)
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_rules_return_jaxs_dtype_and_shape_themselves(name):
+    """The plan casts results to the declared dtype, which would hide a rule that computes in the
+    wrong one: each rule is called directly here, on every dtype and shape of its cases."""
+    spec = SPECS[name]
+    rng = np.random.default_rng(0)
+    with x64(), np.errstate(all="ignore"):
+        for dtype in spec.dtypes:
+            operands = _operand_sets(spec, dtype, rng)
+            for k in range(0, len(operands), spec.arity):
+                group = operands[k : k + spec.arity]
+                closed = jax.make_jaxpr(spec.op)(*group)
+                for eqn in closed.jaxpr.eqns:
+                    inputs = [group[closed.jaxpr.invars.index(v)] for v in eqn.invars]
+                    result = np.asarray(RULES[eqn.primitive.name](*inputs, **eqn.params))
+                    (out,) = eqn.outvars
+                    assert result.dtype == out.aval.dtype, f"{name} on {dtype}: {result.dtype}"
+                    assert result.shape == out.aval.shape, f"{name} on {dtype}: {result.shape}"
+
+
+# ---- parametrized primitives ------------------------------------------------------------------------
+#: The special cases of JAX's lowering (0, 1, 2, 3, -1) and longer chains (7 = 4 + 2 + 1, 31).
+INT_POWERS = (0, 1, 2, 3, 7, 31)
+FLOAT_POWERS = INT_POWERS + (-1, -2, -7)
+
+
+@functools.cache
+def _integer_pow_program(integer: tuple[bool, ...]):
+    """integer_pow of every power on pairs (array, scalar) of operands, one pair a dtype."""
+
+    def program(*operands):
+        results = []
+        for k, is_integer in enumerate(integer):
+            x, s = operands[2 * k : 2 * k + 2]
+            results += [(lax.integer_pow(x, y), lax.integer_pow(s, y)) for y in _powers(is_integer)]
+        return results
+
+    return program
+
+
+def _powers(is_integer: bool) -> tuple[int, ...]:
+    return INT_POWERS if is_integer else FLOAT_POWERS
+
+
+@EXAMPLES
+@given(seed=SEEDS)
+def test_integer_pow_is_xlas_chain_of_multiplications(seed):
+    """Bit for bit: the same multiplications in the same order (integers wrap)."""
+    rng = np.random.default_rng(seed)
+    operands = [v for dtype in NUMERIC for v in (values(rng, dtype, (2, 5)), values(rng, dtype, ()))]
+    with x64():
+        check(_integer_pow_program(tuple(d.kind in "iu" for d in NUMERIC)), *operands, expect="integer_pow")
+    check_widened(_integer_pow_program((False,)), values(rng, F32, (2, 5)), values(rng, F32, ()))
+
+
+@functools.cache
+def _pow_int_program():
+    return lambda x, y: lax.pow(x, y)
+
+
+@EXAMPLES
+@given(seed=SEEDS)
+def test_pow_with_an_integer_exponent(seed):
+    """JAX converts the integer exponent to x's dtype, then calls pow: the pow leaf's budget."""
+    rng = np.random.default_rng(seed)
+    with x64():
+        for dtype in FLOATS:
+            for exponent in (np.int8, np.int32, np.int64, np.uint32):
+                y = values(rng, np.dtype(exponent), (2, 5))
+                check(
+                    _pow_int_program(),
+                    values(rng, dtype, (2, 5)),
+                    y,
+                    ulps=leaf_budget("pow", dtype),
+                    expect="pow",
+                )
+
+
+@functools.cache
+def _select_program(counts: tuple[int, ...]):
+    """select_n over consecutive groups of operands: a predicate, then `count` cases."""
+
+    def program(*operands):
+        results, at = [], 0
+        for count in counts:
+            results.append(lax.select_n(operands[at], *operands[at + 1 : at + 1 + count]))
+            at += 1 + count
+        return results
+
+    return program
+
+
+#: (predicate dtype, number of cases): integer predicates out of range too (-2 .. 6).
+PREDICATES = ((BOOL, 2), (np.dtype(np.int32), 3), (np.dtype(np.uint8), 5), (np.dtype(np.int8), 2), (BOOL, 1))
+
+
+@EXAMPLES
+@given(seed=SEEDS)
+def test_select_n_for_every_dtype_and_predicate(seed):
+    """Boolean and integer predicates (out of range too: XLA clamps to the first or last case),
+    1 to 5 cases, scalar predicates with array cases, and the bit select of large float arrays
+    (80x64 is past the size where the rule switches from np.where)."""
+    rng = np.random.default_rng(seed)
+    operands, counts = [], []
+    for dtype in ALL_DTYPES:
+        for shape in (
+            ((), (0,), (2, 5), (80, 64)) if dtype.kind == "f" or dtype == BF16 else ((), (0,), (2, 5))
+        ):
+            cases = [values(rng, dtype, shape) for _ in range(5)]
+            for which_shape in dict.fromkeys((shape, ())) if shape == (2, 5) else (shape,):
+                for which_dtype, count in PREDICATES:
+                    if which_dtype == BOOL:
+                        which = rng.random(which_shape) < 0.5
+                    else:
+                        which = rng.integers(-2, 7, which_shape).astype(which_dtype)
+                    operands += [np.asarray(which), *cases[:count]]
+                    counts.append(count)
+    with x64():
+        check(_select_program(tuple(counts)), *operands, expect="select_n")
+    cases = [values(rng, F32, (2, 5)) for _ in range(3)]
+    check_widened(_select_program((2, 3)), rng.random((2, 5)) < 0.5, *cases[:2], np.int32(1), *cases)
+
+
+@functools.cache
+def _clamp_program():
+    return lambda low, x, high, low_s, high_s: (lax.clamp(low, x, high), lax.clamp(low_s, x, high_s))
+
+
+@EXAMPLES
+@given(seed=SEEDS)
+def test_clamp_with_array_and_scalar_bounds(seed):
+    """min(max(x, low), high) with XLA's max and min: NaN propagates, low > high gives high."""
+    rng = np.random.default_rng(seed)
+    with x64():
+        for dtype in ORDERED:
+            x, low, high = (values(rng, dtype, (2, 5)) for _ in range(3))
+            check(
+                _clamp_program(), low, x, high, values(rng, dtype, ()), values(rng, dtype, ()), expect="clamp"
+            )
+    f32 = [values(rng, F32, shape) for shape in ((2, 5),) * 3 + ((),) * 2]
+    check_widened(_clamp_program(), *f32)
+
+
+@functools.cache
+def _convert_program(targets: tuple):
+    return lambda x, s: [(lax.convert_element_type(x, t), lax.convert_element_type(s, t)) for t in targets]
+
+
+@EXAMPLES
+@given(seed=SEEDS)
+def test_convert_element_type_between_every_pair_of_dtypes(seed):
+    """float -> int truncates and saturates (NaN -> 0); int -> float rounds to nearest (int64,
+    uint64 too); float64 -> float16 and everything -> bfloat16 round through float32; -> bool is
+    x != 0 (NaN true); bool -> anything is 0/1; integers wrap. One program a source dtype (a
+    single program of all 169 conversions compiles slower than 13 of 13)."""
+    rng = np.random.default_rng(seed)
+    with x64():
+        for source in ALL_DTYPES:
+            x, s = values(rng, source, (3, 4)), values(rng, source, ())
+            check(_convert_program(tuple(ALL_DTYPES)), x, s, expect="convert_element_type")
+    # 32-bit targets only: check_widened traces without x64, where int64 would become int32.
+    narrow_targets = tuple(t for t in INTEGERS if t.itemsize < 8) + (BOOL,)
+    check_widened(_convert_program(narrow_targets), values(rng, F32, (3, 4)), values(rng, F32, ()))
+
+
+@functools.cache
+def _bitcast_program(targets: tuple):
+    return lambda *xs: [lax.bitcast_convert_type(x, t) for x, t in zip(xs, targets, strict=True)]
+
+
+@EXAMPLES
+@given(seed=SEEDS)
+def test_bitcast_convert_type_same_and_changing_widths(seed):
+    """The same bits: equal widths keep the shape; narrower adds a last dimension (little-endian
+    order), wider consumes one of the ratio's size. bool only to itself."""
+    rng = np.random.default_rng(seed)
+    pairs = [(BOOL, BOOL)] + [(a, b) for a in NUMERIC for b in NUMERIC]
+    operands, targets = [], []
+    for source, target in pairs:
+        ratio = target.itemsize // source.itemsize
+        # 0-d and zero-size operands from float32 and uint8 sources (every width change from them)
+        every_shape = source in (F32, np.dtype(np.uint8)) or source == target
+        shapes_ = ((), (0,), (2, 3)) if every_shape else ((2, 3),)
+        for shape in (
+            shapes_ if ratio <= 1 else [(*shape[:-1], ratio) if shape else (ratio,) for shape in shapes_]
+        ):
+            operands.append(values(rng, source, shape))
+            targets.append(target)
+    with x64():
+        check(_bitcast_program(tuple(targets)), *operands, expect="bitcast_convert_type")
+
+
+@functools.cache
+def _total_order_program(primitive):
+    return lambda x, y, s: (primitive.bind(x, y), primitive.bind(x, s), primitive.bind(y, y))
+
+
+def _total_order_primitives():
+    from jax._src.lax import lax as lax_internal  # not public API: skipped where JAX drops them
+
+    return {name: getattr(lax_internal, f"{name}_p", None) for name in ("eq_to", "le_to", "lt_to")}
+
+
+@pytest.mark.parametrize("name", ["eq_to", "le_to", "lt_to"])
+@settings(parent=EXAMPLES, max_examples=8)
+@given(seed=SEEDS)
+def test_total_order_comparisons(name, seed):
+    """-NaN < -inf < ... < -0.0 < +0.0 < ... < inf < NaN, NaNs ordered by payload."""
+    primitive = _total_order_primitives()[name]
+    if primitive is None:
+        pytest.skip(f"this JAX has no {name} primitive")
+    rng = np.random.default_rng(seed)
+    with x64():
+        for dtype in ORDERED:
+            x, y = values(rng, dtype, (2, 5)), values(rng, dtype, (2, 5))
+            check(_total_order_program(primitive), x, y, values(rng, dtype, ()), expect=name)
+
+
+# ---- shapes from oracle.shapes(): broadcasting, 0-d and zero-size arrays of any rank ---------------
+SHAPE_CASES = {
+    "add": (lambda x, y, s: (lax.add(x, y), lax.add(x, s)), F32),
+    "max": (lambda x, y, s: (lax.max(x, y), lax.max(s, x), lax.max(x, jnp.float32(0))), F32),
+    "div": (lambda x, y, s: (lax.div(x, y), lax.rem(x, s)), np.dtype(np.int32)),
+    "exp": (lambda x, y, s: lax.exp(x), F32),
+    "sign": (lambda x, y, s: lax.sign(x), BF16),
+    "select_n": (lambda x, y, s: lax.select_n((x > y).astype(jnp.int32) + (x > s), x, y, s + x), F32),
+    "convert_element_type": (lambda x, y, s: lax.convert_element_type(x, jnp.int8), F16),
+    "shift_right_logical": (lambda x, y, s: lax.shift_right_logical(x, y), np.dtype(np.int16)),
+    "integer_pow": (lambda x, y, s: lax.integer_pow(x, 5), F32),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHAPE_CASES))
+@settings(parent=RULE_SETTINGS, max_examples=10)
+@given(data=st.data())
+def test_any_shape(name, data):
+    fn, dtype = SHAPE_CASES[name]
+    shape = data.draw(shapes())
+    x = data.draw(arrays(dtype, shape))
+    y = data.draw(arrays(dtype, shape))
+    s = data.draw(arrays(dtype, ()))
+    if name == "select_n":  # select_n needs equal case shapes; s broadcasts through the add
+        s = np.asarray(s)
+    ulps = leaf_budget("exp", F32) if name == "exp" else 0
+    check(fn, x, y, s, ulps=ulps, expect=name)
+
+
+# ---- hand-picked edge cases -----------------------------------------------------------------------
+def _bits_equal(want: np.ndarray, got: np.ndarray) -> bool:
+    """Same bits, except that any NaN equals any NaN (payloads are not XLA's contract)."""
+    want, got = np.asarray(want), np.asarray(got)
+    if want.dtype != got.dtype or want.shape != got.shape:
+        return False
+    if want.dtype.kind not in "fV" and want.dtype != BF16:
+        return np.array_equal(want, got)
+    nan = np.isnan(want.astype(np.float32)) & np.isnan(got.astype(np.float32))
+    unsigned = np.dtype(f"u{want.dtype.itemsize}")
+    return bool(np.all(nan | (want.view(unsigned) == got.view(unsigned))))
+
+
+def check_bits(fn, *args, expect: str) -> None:
+    """`check`, and the sign of every zero as well (the value check treats -0.0 == +0.0)."""
+    check(fn, *args, expect=expect)
+    closed = jax.make_jaxpr(fn)(*args)
+    flat = jax.tree_util.tree_leaves(args)
+    want = [np.asarray(x) for x in jax.tree_util.tree_leaves(jax.jit(fn)(*args))]
+    got = Interpreter(closed)(*flat)
+    for index, (w, g) in enumerate(zip(want, got, strict=True)):
+        assert _bits_equal(w, g), f"{expect} output {index}: bits {np.asarray(g)!r}, XLA {w!r}"
+
+
+SPECIALS = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, -2.5, np.inf, -np.inf, np.nan, 3.0]
+
+ZERO_SIGN_CASES = {
+    "add": lambda x, y: lax.add(x, y),
+    "sub": lambda x, y: lax.sub(x, y),
+    "mul": lambda x, y: lax.mul(x, y),
+    "div": lambda x, y: lax.div(x, y),
+    "rem": lambda x, y: lax.rem(x, y),
+    "max": lambda x, y: (lax.max(x, y), lax.max(x, jnp.zeros_like(x)), lax.max(jnp.zeros_like(x), x)),
+    "min": lambda x, y: (lax.min(x, y), lax.min(x, jnp.zeros_like(x)), lax.min(-jnp.zeros_like(x), x)),
+    "clamp": lambda x, y: (
+        lax.clamp(jnp.zeros_like(x), x, y),
+        lax.clamp(-jnp.zeros_like(x), x, jnp.zeros_like(x)),
+    ),
+    "sign": lambda x, y: lax.sign(x),
+    "neg": lambda x, y: lax.neg(x),
+    "abs": lambda x, y: lax.abs(x),
+    "floor": lambda x, y: lax.floor(x),
+    "ceil": lambda x, y: lax.ceil(x),
+    "round": lambda x, y: (lax.round(x, 0), lax.round(x, 1)),
+    "sqrt": lambda x, y: lax.sqrt(x),
+    "square": lambda x, y: lax.square(x),
+    "integer_pow": lambda x, y: (lax.integer_pow(x, 3), lax.integer_pow(x, -1), lax.integer_pow(x, 0)),
+    "nextafter": lambda x, y: lax.nextafter(x, y),
+    "select_n": lambda x, y: lax.select_n(x < y, x, y),
+    "convert_element_type": lambda x, y: [lax.convert_element_type(x, t) for t in FLOATS],
+    "reduce_precision": lambda x, y: lax.reduce_precision(x, 5, 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ZERO_SIGN_CASES))
+def test_zero_signs_and_specials(name):
+    """Every pair of special values (±0, ±1, halves, ±inf, NaN), every float dtype, bit for bit."""
+    grid_x, grid_y = np.meshgrid(SPECIALS, SPECIALS)
+    with x64():
+        for dtype in FLOATS:
+            x, y = grid_x.astype(dtype), grid_y.astype(dtype)
+            check_bits(ZERO_SIGN_CASES[name], x, y, expect=name)
+
+
+def test_integer_bitwise_ops_are_bitwise_not_logical():
+    """The issue's wrong answers: 6 & 3 is 2 (not 1), ~0 is -1 (not 1); booleans stay logical."""
+    six, three = np.int32(6), np.int32(3)
+    fn = lambda a, b: (a & b, a | b, a ^ b, ~a, lax.bitwise_not(b))  # noqa: E731
+    check(fn, six, three, expect="and")
+    (got,) = Interpreter(jax.make_jaxpr(lambda a, b: a & b)(six, three))(six, three)
+    assert got == 2
+    (got,) = Interpreter(jax.make_jaxpr(lambda a: ~a)(np.int32(0)))(np.int32(0))
+    assert got == -1
+    check(fn, np.array([True, False]), np.array([True, True]), expect="not")
+
+
+def test_integer_division_edges_of_every_width():
+    """Round toward zero; x / 0 is all ones, x % 0 is x; INT_MIN / -1 is INT_MIN, remainder 0;
+    int64 division exact past 2**53 (the issue's (2**53 + 1) // 1)."""
+    with x64():
+        for dtype in INTEGERS:
+            info = np.iinfo(dtype)
+            x = [7, -7, 7, -7, int(info.min), int(info.max), int(info.min), 0, 5, int(info.max)]
+            y = [2, 2, -2, -2, -1, 0, 0, 0, 3, -1]
+            if dtype.kind == "u":
+                x, y = [abs(v) % (int(info.max) + 1) for v in x], [abs(v) for v in y]
+            x, y = np.array(x, dtype=object).astype(dtype), np.array(y, dtype=object).astype(dtype)
+            check(lambda a, b: (lax.div(a, b), lax.rem(a, b)), x, y, expect="div")
+        big = np.array([2**53 + 1, -(2**62) - 3, 2**63 - 1], np.int64)
+        check(
+            lambda a, b: (lax.div(a, b), lax.rem(a, b), a // b),
+            big,
+            np.array([1, 7, 2], np.int64),
+            expect="div",
+        )
+
+
+def test_select_n_on_scalars_with_a_nonzero_false_branch():
+    """The issue's crash: 0-d operands (NumPy returns scalars from 0-d ufuncs)."""
+    for which in (True, False):
+        check(
+            lambda p, a, b: lax.select_n(p, a, b),
+            np.bool_(which),
+            np.float32(2.5),
+            np.float32(-1.5),
+            expect="select_n",
+        )
+    big = np.full((128, 64), 3.0, np.float32)
+    check(lambda p, a: lax.select_n(p, a, jnp.full_like(a, -7.0)), np.bool_(True), big, expect="select_n")
+
+
+def test_jnp_statistics_and_masked_logsumexp_gradients():
+    """jnp.mean/var/std and value_and_grad of logsumexp with `where` (the issue's crashes). Small
+    integers, so every sum is exact and XLA's summation order cannot matter; logsumexp rows are
+    constant where unmasked, so exp(x - max) is exactly 1 and the one inexact step is log(count)
+    (the log leaf's budget) plus the add of the max (+2)."""
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    check(lambda a: (jnp.mean(a), jnp.var(a, axis=0), jnp.std(a, axis=1)), x, expect="div")
+    rows = np.repeat(np.array([[1.0], [2.5], [-3.0]], np.float32), 4, axis=1)
+    mask = np.array([[True, False, True, True], [True, True, True, True], [False, True, False, False]])
+
+    def per_row(a):
+        return jax.scipy.special.logsumexp(a, axis=1, where=mask)
+
+    check(per_row, rows, ulps=leaf_budget("log", F32) + 2, expect="select_n")
+    check(jax.grad(lambda a: per_row(a).sum()), rows, expect="select_n")  # 1 / count or 0: exact
+
+
+@pytest.mark.skipif(not INTERPRETER_FLUSHES, reason="the interpreter runs in NumPy's IEEE mode")
+def test_subnormals_flush_as_on_xla():
+    """In XLA's float environment (elementwise.xla_float_environment) subnormal inputs and
+    results flush as on XLA CPU: 1e-39 + 0 is 0 and 1e-39 == 3e-39; bit operations (neg, abs,
+    select, copies) keep them."""
+    tiny = np.array([1e-39, -1e-39, 3e-39, 1e-45], np.float32)
+    other = np.array([0.0, 0.0, 1e-39, -3e-39], np.float32)
+
+    def fn(a, b):
+        return (
+            a + b,
+            a * b,
+            a == b,
+            a < b,
+            lax.max(a, b),
+            -a,
+            abs(a),
+            jnp.where(a > 0, a, b),
+            a.astype(jnp.float64),
+        )
+
+    with x64():
+        check_bits(fn, tiny, other, expect="add")
+        (sum_,) = Interpreter(jax.make_jaxpr(lambda a, b: a + b)(tiny, other))(tiny, other)
+        assert not sum_[:2].any()
+        check_bits(
+            lambda a: (lax.sin(a), lax.tanh(a), lax.expm1(a), lax.log1p(a), lax.exp(a)), tiny, expect="sin"
+        )
+
+
+def test_relu_max_against_literal_zero_gives_positive_zero():
+    """max(x, 0.0) (ReLU's forward, the fast path): -0.0 becomes +0.0, as on XLA; NumPy's float
+    kernels return the second operand on a tie, which the fast path relies on."""
+    x = np.tile(np.array([-0.0, 0.0, -1.0, 2.0, np.nan], np.float32), (1024, 1))
+    check_bits(jax.nn.relu, x, expect="max")
+    check_bits(lambda a: lax.max(a, jnp.float32(0.0)), x[:, 0], expect="max")
+
+
+def test_large_arrays_use_the_bit_select_exactly():
+    which = np.random.default_rng(0).random((256, 64)) < 0.5
+    on_true = np.random.default_rng(1).standard_normal((256, 64)).astype(np.float32)
+    on_true[0, :5] = [np.nan, np.inf, -np.inf, -0.0, 1e-39]
+    which[0, :5] = True
+    check_bits(
+        lambda w, a, b: (lax.select_n(w, b, a), lax.select_n(w, a, jnp.zeros_like(a))),
+        which,
+        on_true,
+        -on_true,
+        expect="select_n",
+    )
+
+
+def test_logistic_is_one_over_one_plus_exp():
+    """XLA's float32 logistic is 1 / (1 + exp(-x)) (JAX's lowering), not 0.5 + 0.5 tanh(x / 2):
+    at x = -20 the tanh form gives 0 (tanh(-10) rounds to -1) where this one gives 2.06e-9."""
+    x = np.array([-90.0, -20.0, -1.0, -0.0, 1.0, 20.0, 90.0, np.inf, -np.inf, np.nan], np.float32)
+    check(lax.logistic, x, ulps=formula_budget("logistic", F32), expect="logistic")
+    assert 2.0e-9 < float(jax.jit(lax.logistic)(np.float32(-20.0))) < 2.1e-9
+
+
+def test_unsupported_accuracy_is_named():
+    program = jax.make_jaxpr(lambda x: lax.exp(x, accuracy=lax.Tolerance(rtol=1e-9)))(np.float32(1))
+    with pytest.raises(NotImplementedError, match="exp: accuracy"):
+        Interpreter(program)(np.float32(1))
+    program = jax.make_jaxpr(lambda x: lax.exp(x, accuracy=lax.AccuracyMode.HIGHEST))(np.float32(1))
+    np.testing.assert_allclose(Interpreter(program)(np.float32(1))[0], np.e, rtol=1e-6)
+
+
+COVERED = set(SPECS) | {
+    "add_any",
+    "integer_pow",
+    "select_n",
+    "clamp",
+    "convert_element_type",
+    "bitcast_convert_type",
+    "eq_to",
+    "le_to",
+    "lt_to",
+}
+
+
+def test_add_any_accumulates_gradients():
+    """add_any is the adjoint's sum of cotangents, traced from a gradient (floats only)."""
+    program = jax.make_jaxpr(jax.grad(lambda y: jnp.sum(y * y + y)))(np.ones(3, np.float32))
+    assert "add_any" in primitives(program)
+    for dtype in FLOATS:
+        x = np.array([1.5, -2.0, 0.25, -0.0], dtype)
+        with x64():
+            check(jax.grad(lambda y: jnp.sum(y * y + y)), x, expect="add_any")
