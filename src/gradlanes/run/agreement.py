@@ -40,7 +40,7 @@ from gradlanes.experiment.spec import Experiment
 from gradlanes.program.artifact import capture_with_artifact
 from gradlanes.program.capture import CapturedProgram
 from gradlanes.program.interpreter import Interpreter
-from gradlanes.run.kinks import grant_kink_decisions
+from gradlanes.run.kinks import grant_kink_decisions, kink_decisions
 from gradlanes.run.modelfile import load_model
 from gradlanes.run.numerics import (
     FLOAT32_U,
@@ -124,6 +124,40 @@ def unit_ratio(exp: Experiment) -> float:
     return MATMUL_UNIT_ROUNDOFF[exp.matmul_precision] / FLOAT32_U
 
 
+@dataclass(frozen=True)
+class ReferencePoint:
+    """The float64 reference's loss and gradient at some weights and batch, and their error scales.
+
+    What the checks compare every lane against; it depends on the program, weights and batch alone,
+    so lanes that share them (Tlaloc's four lanes at their common initial weights) share one.
+    """
+
+    loss: float
+    leaves: list[np.ndarray]
+    loss_scale: float
+    grad_scale: dict
+    kinks: tuple[np.ndarray, np.ndarray] | None  # the ReLU decisions, and which float32 cannot make
+
+
+#: Reference points already computed in this process, keyed by what determines them.
+_reference_points: dict[tuple, ReferencePoint] = {}
+
+
+def reference_point(
+    exp: Experiment, program: CapturedProgram, reference: Interpreter, params: dict, batch, key: tuple | None
+) -> ReferencePoint:
+    """The reference at `params` on `batch`; computed once per `key` (None: not shared)."""
+    if key is not None and key in _reference_points:
+        return _reference_points[key]
+    images, labels = batch
+    loss, *leaves = reference(*program.flatten_params(params), images, labels)
+    loss_scale, grad_scale = per_example_scale(exp, params, images, labels)
+    point = ReferencePoint(float(loss), leaves, loss_scale, grad_scale, kink_decisions(exp, params, images))
+    if key is not None:
+        _reference_points[key] = point
+    return point
+
+
 def point_checks(
     exp: Experiment,
     program: CapturedProgram,
@@ -132,14 +166,14 @@ def point_checks(
     label: str,
     params: dict,
     data: Dataset,
+    shared_key: tuple | None = None,
 ) -> list[Check]:
     """Loss and gradient of the lane's engine at `params` against the float64 reference."""
     images, labels = lane_batch(exp, data)
-    ref_loss, *ref_leaves = reference(*program.flatten_params(params), images, labels)
+    point = reference_point(exp, program, reference, params, (images, labels), shared_key)
     loss, grads = engine.loss_and_grad(params, images, labels)
-    loss_scale, grad_scale = per_example_scale(exp, params, images, labels)
     ref_grads, undecidable, granted = grant_kink_decisions(
-        exp, params, images, labels, grads, program.unflatten_params(ref_leaves)
+        exp, params, images, labels, grads, program.unflatten_params(point.leaves), point.kinks
     )
     chains = reduction_chain(program.gradient.jaxpr)
     flat = program.flatten_params
@@ -150,29 +184,42 @@ def point_checks(
             exp.lane,
             exp.seed,
             lanes,
-            scalar_error(loss, float(ref_loss), loss_scale),
+            scalar_error(loss, point.loss, point.loss_scale),
             probabilistic_bound(chains[0], unit_ratio(exp)),
-            details={"reduction_chain": chains[0], "scale": loss_scale},
+            details={"reduction_chain": chains[0], "scale": point.loss_scale},
         ),
         Check(
             f"{prefix}/{label}_grad",
             exp.lane,
             exp.seed,
             lanes,
-            scaled_error(flat(grads), flat(ref_grads), flat(grad_scale)),
+            scaled_error(flat(grads), flat(ref_grads), flat(point.grad_scale)),
             probabilistic_bound(max(chains[1:]), unit_ratio(exp)),
             details={
                 "reduction_chain": max(chains[1:]),
                 "kinks_undecidable": undecidable,
                 "kinks_granted": granted,
-                "error_without_granting": scaled_error(flat(grads), ref_leaves, flat(grad_scale)),
+                "error_without_granting": scaled_error(flat(grads), point.leaves, flat(point.grad_scale)),
             },
         ),
     ]
 
 
+_trajectories: dict[tuple, list[float]] = {}
+
+
 def reference_trajectory(exp: Experiment, program: CapturedProgram, params: dict, data: Dataset, steps: int):
-    """The float64 reference's first `steps` training losses, on the lane's own batches."""
+    """The float64 reference's first `steps` training losses, on the lane's own batches.
+
+    Lanes of one program, initial weights and seed share one (it depends on nothing else).
+    """
+    key = (exp.program_id, exp.model.key, exp.seed, steps)
+    if key not in _trajectories:
+        _trajectories[key] = _trajectory(exp, program, params, data, steps)
+    return _trajectories[key]
+
+
+def _trajectory(exp: Experiment, program: CapturedProgram, params: dict, data: Dataset, steps: int):
     step = Interpreter(program.step, "step program (float64 reference)", widen=True)
     init = Interpreter(program.init_state, "optimizer-init program (float64 reference)", widen=True)
     leaves = program.flatten_params(params)
@@ -199,6 +246,27 @@ def shared_program(exp: Experiment) -> CapturedProgram:
     return _programs[key]
 
 
+_engines: dict[tuple[str, str], object] = {}
+_references: dict[str, Interpreter] = {}
+
+
+def shared_engine(exp: Experiment, program: CapturedProgram):
+    """The lane's engine, built (and compiled) once for all its seeds: they run one program."""
+    key = (exp.lane, exp.program_id)
+    if key not in _engines:
+        _engines[key] = create_engine(exp, program)
+    return _engines[key]
+
+
+def shared_reference(exp: Experiment, program: CapturedProgram) -> Interpreter:
+    """The float64 reference of the program's gradient, planned once per program."""
+    if exp.program_id not in _references:
+        _references[exp.program_id] = Interpreter(
+            program.gradient, "gradient program (float64 reference)", widen=True
+        )
+    return _references[exp.program_id]
+
+
 def reference_checks(
     exp: Experiment,
     files: LaneFiles,
@@ -217,8 +285,8 @@ def reference_checks(
         reason = f"lane {exp.lane} was {record['status']}: {record['reason']}"
         return [skipped(f"{prefix}/{n}", exp.lane, exp.seed, [exp.lane], None, reason) for n in names]
     program = shared_program(exp)
-    engine = create_engine(exp, program)
-    reference = Interpreter(program.gradient, "gradient program (float64 reference)", widen=True)
+    engine = shared_engine(exp, program)
+    reference = shared_reference(exp, program)
     trained = load_model(files.model).params
     checks = []
     if record["program"] is not None:  # the lane ran the very program the reference evaluates
@@ -228,7 +296,9 @@ def reference_checks(
                 f"{prefix}/program", exp.lane, exp.seed, [exp.lane], ran, program.artifact.fingerprint
             )
         )
-    checks += point_checks(exp, program, engine, reference, "step0", initial, data)
+    # Every lane of a program starts from its seed's weights of the model: one reference for all.
+    initial_key = (exp.program_id, exp.model.key, exp.seed)
+    checks += point_checks(exp, program, engine, reference, "step0", initial, data, initial_key)
     checks += point_checks(exp, program, engine, reference, "trained", trained, data)
     if early_bound is not None:
         count = min(early_steps, exp.steps)

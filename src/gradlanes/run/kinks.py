@@ -34,19 +34,34 @@ def undecidable_relus(params: dict, images: np.ndarray) -> tuple[np.ndarray, np.
     return z > 0, np.abs(z) <= reach
 
 
+def kink_decisions(exp, params: dict, images: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The model's kink decisions at `params` ([B, H] float64 sides, undecidable), None if it has none.
+
+    Only the MLP has kinks: softmax regression and the LeNet-5 (GELU, average pooling) are smooth.
+    """
+    return undecidable_relus(params, images) if exp.model.name == "mlp" else None
+
+
 def grant_kink_decisions(
-    exp, params: dict, images: np.ndarray, labels: np.ndarray, candidate: dict, reference: dict
+    exp,
+    params: dict,
+    images: np.ndarray,
+    labels: np.ndarray,
+    candidate: dict,
+    reference: dict,
+    decisions: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[dict, int, int]:
     """The reference moved to the candidate's side of undecidable kinks, and (undecidable, granted).
 
-    Only the MLP has kinks (softmax regression is smooth): any other model returns the reference
-    unchanged. A flip of hidden unit j for example b adds or removes d_bj * x_b / B in column j of
-    dw1 and d_bj / B in db1[j], where d_bj is the loss gradient reaching that unit; h_bj itself is
-    zero on both sides, so nothing else moves.
+    Any model without kinks returns the reference unchanged. A flip of hidden unit j for example b
+    adds or removes d_bj * x_b / B in column j of dw1 and d_bj / B in db1[j], where d_bj is the loss
+    gradient reaching that unit; h_bj itself is zero on both sides, so nothing else moves.
+    `decisions` are `kink_decisions` of the same weights and images, when already computed.
     """
-    if exp.model.name != "mlp":
+    decisions = decisions if decisions is not None else kink_decisions(exp, params, images)
+    if decisions is None:
         return reference, 0, 0
-    active, undecidable = undecidable_relus(params, images)
+    active, undecidable = decisions
     where = np.argwhere(undecidable)
     if where.size == 0:
         return reference, 0, 0
