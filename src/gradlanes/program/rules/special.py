@@ -10,12 +10,16 @@ runs after optimizing: its CPU code contracts a multiply feeding an add into one
 multiply-add (`_mul_add`), and its simplifier folds constants (x / 7.5 becomes x * (1 / 7.5),
 (a + 1) - 1 becomes a), so the rules do the same.
 
-The rules part from XLA only where XLA calls a transcendental function it approximates itself:
+These rules part from XLA only where XLA calls a transcendental function it approximates itself:
 float32 exp, log, sin, cos, pow and rsqrt are evaluated here in float64 and rounded (XLA's are
-documented to 1 to 6 ulps), float64 log, sin, cos and pow are NumPy's (the C library's, as XLA's,
-where NumPy does not dispatch its own SIMD versions). XLA's float64 exp and its log1p are its own
-operations, evaluated as such; the rest (the Chebyshev series, the polynomials, the loops of the
-incomplete functions) is the same arithmetic on both sides. The tests derive each budget from it.
+documented to 1 to 6 ulps), float64 log, sin, cos and pow are NumPy's (the C library's, or NumPy's
+own SIMD code on CPUs with AVX-512). XLA's float64 exp and its log1p are its own operations,
+evaluated as such; the rest (the Chebyshev series, the polynomials, the loops of the incomplete
+functions) is the same arithmetic on both sides. The tests derive each budget from it.
+
+erf, erfc and erf_inv are the exception: they are on training paths (exact GELU, jax.random.normal),
+where that emulation costs too much, so they evaluate XLA's formulas in float64 and round once
+(see their section); they part from XLA by XLA's own roundings, which the tests bound.
 
 XLA's CPU code runs with subnormals flushed to zero (operands and results of float32 and float64
 operations), so these rules flush too: erf(1e-39) is 0 on XLA and here.
@@ -55,7 +59,13 @@ def _working_dtype(dtype: np.dtype) -> np.dtype:
 def _flush(a: np.ndarray) -> np.ndarray:
     """Subnormals to zero of the same sign, as XLA's CPU code runs (FTZ and DAZ set)."""
     a = np.asarray(a)
-    return np.where(np.abs(a) < np.finfo(a.dtype).tiny, np.copysign(a.dtype.type(0), a), a)
+    subnormal = np.abs(a) < np.finfo(a.dtype).tiny
+    if not subnormal.any():  # the usual cases (no zero either, or no subnormal), without np.where's cost
+        return a
+    subnormal &= a != 0
+    if not subnormal.any():
+        return a
+    return np.where(subnormal, np.copysign(a.dtype.type(0), a), a)
 
 
 def _elementwise(arity: int):
@@ -74,7 +84,7 @@ def _elementwise(arity: int):
                 raise TypeError(f"{compute.__name__}: {error}") from None
             with np.errstate(all="ignore"):
                 result = compute(*[_flush(x.astype(work)) for x in operands])
-                return _flush(np.asarray(result, work)).astype(dtype)
+                return _flush(np.asarray(result, work)).astype(dtype, copy=False)
 
         return rule_fn
 
@@ -202,46 +212,87 @@ def _log1p(x: np.ndarray) -> np.ndarray:
     return np.where(np.abs(x) < _c(x, 0.41421356237309504880), small, _log(x + _c(x, 1.0)))
 
 
-# ---- erf, erfc, erf_inv ----------------------------------------------------------------------
-#: XLA's float32 erf (Eigen's rational interpolant): x P(x^2) / Q(x^2), evaluated with FMAs.
-_ERF_ALPHA = (0.00022905065861350646, 0.0034082910107109506, 0.050955695062380861,
-              0.18520832239976145, 1.128379143519084)  # fmt: skip
-_ERF_BETA = (-1.1791602954361697e-7, 0.000023547966471313185, 0.0010179625278914885,
-             0.014070470171167667, 0.11098505178285362, 0.49746925110067538, 1.0)  # fmt: skip
+# ---- erf, erfc, erf_inv: XLA's formulas in float64, rounded once ------------------------------
+# These three sit on training paths (exact GELU is erfc, jax.random.normal is erf_inv), where
+# emulating each of XLA's float32 roundings (an FMA costs some twenty NumPy passes) made them slower
+# than XLA's whole conv-net step. So they evaluate XLA's formulas (its polynomials, their constants
+# rounded to float32 where XLA's are, its branches, and those of its float32 steps that are one IEEE
+# operation: x*x, 1/x^2, 1/|x|, x*-x) in float64, multiply and add apart, and round once. They part
+# from XLA by XLA's own rounding of each polynomial step and by its exp and log1p, which XLA
+# documents (xla/codegen/intrinsic/accuracy/accuracy_budget.h); the tests bound that per element.
+# They run block by block (`_blockwise`), so that their temporaries stay in the CPU's cache and are
+# reused from block to block rather than fresh pages every call, and each branch is evaluated on its
+# own elements only (np.flatnonzero, take, put), cheaper than every branch everywhere and a select
+# (np.where is slow on masks the CPU cannot predict).
+
+
+def _in_float64(coefficients) -> tuple[float, ...]:
+    """A float32 algorithm's constants as XLA holds them (rounded to float32), for float64 arithmetic."""
+    return tuple(float(np.float32(c)) for c in coefficients)
+
+
+#: Elements per block: 2**15 float64 temporaries are 256 KiB.
+_BLOCK = 1 << 15
+
+
+def _blockwise(compute, x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """`compute` (1-d operand block -> its results) over x's elements, into a new array of `dtype`."""
+    flat = x.ravel()
+    out = np.empty(flat.shape, dtype)
+    for start in range(0, flat.size, _BLOCK):
+        out[start : start + _BLOCK] = compute(flat[start : start + _BLOCK])
+    return out.reshape(x.shape)
+
+
+def _horner(t: np.ndarray, coefficients) -> np.ndarray:
+    """Horner's rule in float64, highest power first (a new array; `t` is left as it is)."""
+    result = t * coefficients[0] + coefficients[1]
+    for c in coefficients[2:]:
+        result *= t
+        result += c
+    return result
+
+
+#: XLA's float32 erf (xla/codegen/intrinsic/erf.cc, Eigen's rational interpolant): x P(x^2) / Q(x^2)
+#: below |x| = 3.8325..., where float32's erf rounds to 1 and XLA returns +-1.
+_ERF_ALPHA32 = _in_float64((0.00022905065861350646, 0.0034082910107109506, 0.050955695062380861,
+                            0.18520832239976145, 1.128379143519084))  # fmt: skip
+_ERF_BETA32 = _in_float64((-1.1791602954361697e-7, 0.000023547966471313185, 0.0010179625278914885,
+                           0.014070470171167667, 0.11098505178285362, 0.49746925110067538, 1.0))  # fmt: skip
+_ERF_SATURATION32 = np.float32(3.832506856900711)
 
 
 def _erf32(x: np.ndarray) -> np.ndarray:
-    x2 = x * x
-    p = _fma32(x2, _c(x, _ERF_ALPHA[0]), _c(x, _ERF_ALPHA[1]))
-    for c in _ERF_ALPHA[2:]:
-        p = _fma32(x2, p, _c(x, c))
-    p = x * p
-    q = _fma32(x2, _c(x, _ERF_BETA[0]), _c(x, _ERF_BETA[1]))
-    for c in _ERF_BETA[2:]:
-        q = _fma32(x2, q, _c(x, c))
-    # From here on float32's erf rounds to +-1, the polynomial is not used.
-    saturated = _c(x, 3.832506856900711) <= np.abs(x)
-    return np.where(saturated, np.copysign(_c(x, 1.0), x), p / q)
+    """A block of float32 erf (1-d, as `_blockwise` hands them: in-place operations meet no scalar)."""
+    # Evaluated on |x| held below the saturation point (the polynomials are finite there), the
+    # sign copied back after: erf(-0.0) is -0.0 and NaN stays NaN.
+    ax = np.minimum(np.abs(x), _ERF_SATURATION32)
+    x2 = (ax * ax).astype(F64)
+    ratio = ax.astype(F64) * _horner(x2, _ERF_ALPHA32)
+    ratio /= _horner(x2, _ERF_BETA32)
+    # beyond the saturation point XLA returns exactly +-1, and the ratio there is below 1
+    np.maximum(ratio, np.abs(x) >= _ERF_SATURATION32, out=ratio)
+    return np.copysign(ratio, x, out=ratio)
 
 
 @rule("erf")
 @_elementwise(1)
 def erf(x):
     if x.dtype == F32:
-        return _erf32(x)
+        return _blockwise(_erf32, x, F32)
     return scipy.special.erf(x)  # XLA calls the C library's erf; SciPy's (Cephes) is as accurate
 
 
 #: Cephes' float32 erf for |x| < 1 (x T(x^2)) and erfc for |x| >= 1 (exp(-x^2) / |x| P or R of 1/x^2).
-_ERF_T32 = (7.853861353153693e-5, -8.010193625184903e-4, 5.188327685732524e-3,
-            -2.685381193529856e-2, 1.128358514861418e-1, -3.761262582423300e-1, 1.128379165726710e0,
-            )  # fmt: skip
-_ERFC_P32 = (2.326819970068386e-2, -1.387039388740657e-1, 3.687424674597105e-1,
-             -5.824733027278666e-1, 6.210004621745983e-1, -4.944515323274145e-1,
-             3.404879937665872e-1, -2.741127028184656e-1, 5.638259427386472e-1)  # fmt: skip
-_ERFC_R32 = (-1.047766399936249e1, 1.297719955372516e1, -7.495518717768503e0, 2.921019019210786e0,
-             -1.015265279202700e0, 4.218463358204948e-1, -2.820767439740514e-1,
-             5.641895067754075e-1)  # fmt: skip
+_ERF_T32 = _in_float64((7.853861353153693e-5, -8.010193625184903e-4, 5.188327685732524e-3,
+                        -2.685381193529856e-2, 1.128358514861418e-1, -3.761262582423300e-1,
+                        1.128379165726710e0))  # fmt: skip
+_ERFC_P32 = _in_float64((2.326819970068386e-2, -1.387039388740657e-1, 3.687424674597105e-1,
+                         -5.824733027278666e-1, 6.210004621745983e-1, -4.944515323274145e-1,
+                         3.404879937665872e-1, -2.741127028184656e-1, 5.638259427386472e-1))  # fmt: skip
+_ERFC_R32 = _in_float64((-1.047766399936249e1, 1.297719955372516e1, -7.495518717768503e0,
+                         2.921019019210786e0, -1.015265279202700e0, 4.218463358204948e-1,
+                         -2.820767439740514e-1, 5.641895067754075e-1))  # fmt: skip
 #: Cephes' float64 erf for |x| < 1 (x T(x^2) / U(x^2)) and erfc for |x| >= 1 (P/Q below 8, R/S above).
 _ERF_T64 = (9.60497373987051638749e0, 9.00260197203842689217e1, 2.23200534594684319226e3,
             7.00332514112805075473e3, 5.55923013010394962768e4)  # fmt: skip
@@ -259,45 +310,80 @@ _ERFC_S64 = (1.0, 2.26052863220117276590e0, 9.39603524938001434673e0, 1.20489539
              1.70814450747565897222e1, 9.60896809063285878198e0, 3.36907645100081516050e0)  # fmt: skip
 
 
-def _erfc32(x: np.ndarray) -> np.ndarray:
-    one, two = _c(x, 1.0), _c(x, 2.0)
-    x2 = x * x
-    near = _mul_add(-x, _poly(x2, _ERF_T32), one)
-    ax = np.abs(x)
-    inv_x2 = one / x2
-    tail = _flush(_exp(-x2) * (one / ax)) * np.where(
-        ax < two, _poly(inv_x2, _ERFC_P32), _poly(inv_x2, _ERFC_R32)
-    )
-    tail = np.where(-x2 < _c(x, -88.72283905206835), _c(x, 0.0), _flush(tail))
-    far = np.where(x < 0, two - tail, tail)
-    return np.where(ax < one, near, far)
+def _two_sided(x: np.ndarray, tail: np.ndarray) -> np.ndarray:
+    """erfc(x) for |x| >= 1 from erfc(|x|) (float64 x and tail): the tail above 0, 2 - tail below."""
+    sign = np.copysign(1.0, x)
+    tail *= sign
+    tail += 1.0 - sign
+    return tail
 
 
-def _erfc64(x: np.ndarray) -> np.ndarray:
-    one = _c(x, 1.0)
-    x2 = x * x
-    near = one - x * _poly(x2, _ERF_T64) / _poly(x2, _ERF_U64)
-    ax = np.abs(x)
-    exp_z = _exp(-x2)
-    below_8 = _flush(exp_z * _poly(ax, _ERFC_P64)) / _poly(ax, _ERFC_Q64)
-    above_8 = _flush(exp_z * _poly(ax, _ERFC_R64)) / _poly(ax, _ERFC_S64)
-    tail = np.where(-x2 < _c(x, -7.09782712893383996843e2), _c(x, 0.0), np.where(ax < 8, below_8, above_8))
-    far = np.where(x < 0, _c(x, 2.0) - _flush(tail), tail)
-    return np.where(ax < one, near, far)
+# XLA's erfc is 0 (2 below zero) where -x^2 < -log(max float); there the tail is below the smallest
+# normal number already, so the flush of the result makes it 0 without that select.
+
+
+def _erfc32(flat: np.ndarray) -> np.ndarray:
+    """A block of float32 erfc (1-d): the |x| < 1 formula everywhere (on x^2 held at 1, so finite),
+    then the far ones' own formulas put over it."""
+    ax = np.abs(flat)
+    result = _horner(np.minimum(flat * flat, np.float32(1)).astype(F64), _ERF_T32)
+    result *= -flat.astype(F64)
+    result += 1.0
+    for index, coefficients in (
+        (np.flatnonzero((ax >= 1) & (ax < 2)), _ERFC_P32),
+        (np.flatnonzero(ax >= 2), _ERFC_R32),
+    ):
+        xs = flat.take(index)
+        square = xs * xs
+        # 1 / x carries the sign: its magnitude is XLA's 1 / |x|, and sign(x) tail + (1 - sign(x))
+        # is the tail above zero, 2 - tail below
+        reciprocal = (np.float32(1) / xs).astype(F64)
+        tail = square.astype(F64)
+        np.negative(tail, out=tail)
+        np.exp(tail, out=tail)
+        tail *= reciprocal
+        tail *= _horner((np.float32(1) / square).astype(F64), coefficients)
+        tail += 1.0 - np.copysign(1.0, reciprocal)
+        result.put(index, tail)
+    return result
+
+
+def _erfc64(flat: np.ndarray) -> np.ndarray:
+    """A block of float64 erfc (1-d), as `_erfc32`."""
+    ax = np.abs(flat)
+    near_x2 = np.minimum(flat * flat, 1.0)
+    result = _horner(near_x2, _ERF_T64)
+    result *= flat
+    result /= _horner(near_x2, _ERF_U64)
+    np.subtract(1.0, result, out=result)
+    for index, numerator, denominator in (
+        (np.flatnonzero((ax >= 1) & (ax < 8)), _ERFC_P64, _ERFC_Q64),
+        (np.flatnonzero(ax >= 8), _ERFC_R64, _ERFC_S64),
+    ):
+        xs = flat.take(index)
+        # |x| held at 27, past where the tail is below the smallest normal, so that R and S stay finite
+        axs = np.minimum(np.abs(xs), 27.0)
+        tail = np.exp(-(xs * xs))
+        tail *= _horner(axs, numerator)
+        tail /= _horner(axs, denominator)
+        result.put(index, _two_sided(xs, tail))
+    return result
 
 
 @rule("erfc")
 @_elementwise(1)
 def erfc(x):
-    return _erfc32(x) if x.dtype == F32 else _erfc64(x)
+    return _blockwise(_erfc32 if x.dtype == F32 else _erfc64, x, x.dtype)
 
 
 #: Giles' erfinv ("Approximating the erfinv function", GPU Computing Gems, 2011): polynomials in
-#: w - 2.5 (w < 5) or sqrt(w) - 3 (float32), and three ranges for float64; w = -log(1 - x^2).
-_ERF_INV32_NEAR = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
-                   -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)  # fmt: skip
-_ERF_INV32_FAR = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
-                  -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)  # fmt: skip
+#: w - 2.5 (w < 5) or sqrt(w) - 3 (float32), and three ranges for float64; w = -log1p(-x^2).
+_ERF_INV32_NEAR = _in_float64((2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06,
+                               0.00021858087, -0.00125372503, -0.00417768164, 0.246640727,
+                               1.50140941))  # fmt: skip
+_ERF_INV32_FAR = _in_float64((-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844,
+                              0.00573950773, -0.0076224613, 0.00943887047, 1.00167406,
+                              2.83297682))  # fmt: skip
 _ERF_INV64_NEAR = (-3.6444120640178196996e-21, -1.685059138182016589e-19, 1.2858480715256400167e-18,
                    1.115787767802518096e-17, -1.333171662854620906e-16, 2.0972767875968561637e-17,
                    6.6376381343583238325e-15, -4.0545662729752068639e-14,
@@ -320,63 +406,58 @@ _ERF_INV64_FAR = (-2.7109920616438573243e-11, -2.5556418169965252055e-10, 1.5076
                   -9.9298272942317002539e-07, 4.5260625972231537039e-06, -1.9681778105531670567e-05,
                   7.5995277030017761139e-05, -0.00021503011930044477347, -0.00013871931833623122026,
                   1.0103004648645343977, 4.8499064014085844221)  # fmt: skip
+#: (w below which the branch applies, how t is made from w, the branch's coefficients). XLA's float64
+#: version selects each coefficient and stops the shorter polynomials early: the same polynomials.
+_ERF_INV32_BRANCHES = ((5.0, lambda w: w - 2.5, _ERF_INV32_NEAR),
+                       (np.inf, lambda w: np.sqrt(w) - 3.0, _ERF_INV32_FAR))  # fmt: skip
+_ERF_INV64_BRANCHES = ((6.25, lambda w: w - 3.125, _ERF_INV64_NEAR),
+                       (16.0, lambda w: np.sqrt(w) - 3.25, _ERF_INV64_MID),
+                       (np.inf, lambda w: np.sqrt(w) - 5.0, _ERF_INV64_FAR))  # fmt: skip
 
 
-def _coefficients(choices) -> list:
-    """Per-element coefficient arrays: `choices` is [(mask, coefficients), ..., (None, default)]."""
-    *masked, (_, default) = choices
-    columns = []
-    for i in range(len(default)):
-        column = default[i]
-        for mask, coefficients in reversed(masked):
-            column = np.where(mask, coefficients[i], column)
-        columns.append(column)
-    return columns
+def _log1p64(x: np.ndarray) -> np.ndarray:
+    """XLA's float64 log1p (Cephes' rational below sqrt(2) - 1, log(1 + x) beyond; see `_log1p`) in
+    float64 operations, multiply and add apart."""
+    x2 = x * x
+    small = (x * x2) * (_horner(x, _LOG1P_NUMERATOR) / _horner(x, _LOG1P_DENOMINATOR))
+    small = x + (-0.5 * x2 + small)
+    return np.where(np.abs(x) < 0.41421356237309504880, small, np.log(x + 1.0))
+
+
+def _erf_inv_branches(x: np.ndarray, w: np.ndarray, branches) -> np.ndarray:
+    """p(t(w)) x, the first branch evaluated everywhere and the rarer ones (|x| near 1) on their own."""
+    _, shift, coefficients = branches[0]
+    p = _horner(shift(w), coefficients)
+    for (low, _, _), (high, shift, coefficients) in zip(branches, branches[1:], strict=False):
+        index = np.flatnonzero((w >= low) & (w < high))
+        p.put(index, _horner(shift(w.take(index)), coefficients))
+    p *= x
+    edge = np.flatnonzero(np.abs(x) == 1)  # erf_inv(+-1) = +-inf, where the formula is indeterminate
+    p.put(edge, x.take(edge) * np.inf)
+    return p
 
 
 def _erf_inv32(x: np.ndarray) -> np.ndarray:
-    w = -_log1p(x * -x)
-    near = w < _c(x, 5.0)
-    w = np.where(near, w - _c(x, 2.5), np.sqrt(w) - _c(x, 3.0))
-    coefficients = _coefficients([(near, [_c(x, c) for c in _ERF_INV32_NEAR]),
-                                  (None, [_c(x, c) for c in _ERF_INV32_FAR])])  # fmt: skip
-    p = coefficients[0]
-    for c in coefficients[1:]:
-        p = _mul_add(p, w, c)
-    return np.where(np.abs(x) == 1, x * _c(x, np.inf), p * x)
+    """A block of float32 erf_inv (1-d)."""
+    # XLA's float32 log1p is its own (documented to 1 ulp). 1 + x * -x is exact in float64 down to
+    # |x * -x| = 2**-29 (its float32 bits fit), and below, log's absolute error of 2**-53 moves
+    # erf_inv by far less than a float32 ulp: log, cheaper than log1p.
+    w = (x * -x).astype(F64)
+    w += 1.0
+    w = np.log(w)
+    w *= -1.0
+    return _erf_inv_branches(x.astype(F64), w, _ERF_INV32_BRANCHES)
 
 
 def _erf_inv64(x: np.ndarray) -> np.ndarray:
-    w = -_log1p(x * -x)
-    below_625, below_16 = w < _c(x, 6.25), w < _c(x, 16.0)
-    # The three polynomials have 23, 19 and 17 coefficients: the shorter ones start later.
-    near = [_c(x, c) for c in _ERF_INV64_NEAR]
-    mid = [_c(x, c) for c in _ERF_INV64_MID]
-    far = [_c(x, c) for c in _ERF_INV64_FAR]
-    coefficient = []
-    for i in range(23):
-        c = near[i]
-        if i < 19:
-            c = np.where(below_625, c, mid[i])
-        if i < 17:
-            c = np.where(below_16, c, far[i])
-        coefficient.append(c)
-    shifted = np.sqrt(w) - np.where(below_16, _c(x, 3.25), _c(x, 5.0))
-    w = np.where(below_625, w - _c(x, 3.125), shifted)
-    p = coefficient[0]
-    for i in range(1, 17):
-        p = _mul_add(p, w, coefficient[i])
-    for i in range(17, 19):
-        p = np.where(below_16, _mul_add(p, w, coefficient[i]), p)
-    for i in range(19, 23):
-        p = np.where(below_625, _mul_add(p, w, coefficient[i]), p)
-    return np.where(np.abs(x) == 1, x * _c(x, np.inf), p * x)
+    """A block of float64 erf_inv (1-d)."""
+    return _erf_inv_branches(x, -_log1p64(x * -x), _ERF_INV64_BRANCHES)
 
 
 @rule("erf_inv")
 @_elementwise(1)
 def erf_inv(x):
-    return _erf_inv32(x) if x.dtype == F32 else _erf_inv64(x)
+    return _blockwise(_erf_inv32 if x.dtype == F32 else _erf_inv64, x, x.dtype)
 
 
 # ---- lgamma, digamma (Lanczos' approximation, g = 7, n = 9) ----------------------------------
