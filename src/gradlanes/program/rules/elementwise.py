@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import enum
+import math
 import platform
 import sys
 from collections.abc import Callable, Iterator
@@ -208,10 +209,14 @@ def _float_divide(x, y, multiply=np.multiply, divide=np.true_divide):
     """x / y, or x * (1 / y) where y is a broadcast and x is not: XLA's simplifier rewrites
     A / Broadcast(B) to A * Broadcast(1 / B), so those quotients are rounded twice. A 0-d y
     beside an array x is such a broadcast in HLO; so is a broadcast_in_dim result (stride 0)."""
-    if np.ndim(x) == 0 or _repeated_source(np.asarray(x)) is not None:
+    if not np.ndim(x):
         return divide(x, y)
-    source = y if np.ndim(y) == 0 else _repeated_source(np.asarray(y))
-    if source is None:
+    y = np.asarray(y)
+    if y.ndim and all(y.strides):  # a full array (the common case), checked first for speed
+        return divide(x, y)
+    source = y if not y.ndim else _repeated_source(y)
+    x = np.asarray(x)
+    if source is None or (not all(x.strides) and _repeated_source(x) is not None):
         return divide(x, y)
     reciprocal = divide(source.dtype.type(1), source)
     if _flushes_in_software(np.result_type(source)):  # XLA's reciprocal of a huge B is 0
@@ -245,6 +250,16 @@ def _rem(x, y, **_):
     raise _unsupported("rem", dtype)
 
 
+def _scalar_value(x: np.ndarray) -> float | None:
+    """The single value of a 0-d or all-strides-0 operand as a Python float, else None. (In XLA's
+    float environment the conversion flushes a subnormal to zero, as XLA's comparisons see it.)"""
+    if not x.ndim:
+        return float(x)
+    if x.size and not any(x.strides):
+        return float(x.reshape(-1)[0])
+    return None
+
+
 def _broadcast_scalar(x: np.ndarray) -> np.ndarray | None:
     """The single value of `x` as a 1-element array if every element is that value (a 0-d array or
     a broadcast, all strides 0), else None."""
@@ -268,16 +283,20 @@ def _extremum(name: str, ufunc: np.ufunc, zero_tie: Callable[[np.ndarray, np.nda
             raise _unsupported(name, dtype)
         if dtype in _NARROW:
             return _narrow_in_f32(apply, dtype, x, y)
-        for constant in (y, x):
-            value = _broadcast_scalar(constant)
-            if value is not None and value[0] != 0:  # NaN too: no zero can tie with it
+        value = _scalar_value(y)
+        if value is not None:
+            if value != 0:  # NaN too: no zero can tie with a nonzero constant
                 return ufunc(x, y)
-        if name == "max" and _is_positive_zero(y):
-            # max(x, +0.0), ReLU's forward: NumPy's float kernels return the second operand on a
-            # tie (tests/test_rules_elementwise.py checks it), which is +0.0, XLA's answer.
-            return ufunc(x, y)
-        if name == "max" and _is_positive_zero(x):
-            return ufunc(y, x)
+            if name == "max" and math.copysign(1.0, value) > 0:
+                # max(x, +0.0), ReLU's forward: NumPy's float kernels return the second operand
+                # on a tie (tests/test_rules_elementwise.py checks it), +0.0, XLA's answer.
+                return ufunc(x, y)
+        value = _scalar_value(x)
+        if value is not None:
+            if value != 0:
+                return ufunc(x, y)
+            if name == "max" and math.copysign(1.0, value) > 0:
+                return ufunc(y, x)
         result = np.array(ufunc(x, y), copy=None)
         zeros = result == 0
         if zeros.any():
@@ -389,11 +408,11 @@ def _mulhi(x, y, **_):
 def _neg(x, **_):
     """Floats: the sign bit flipped (XLA's fneg keeps subnormals and NaN payloads); integers wrap."""
     x = np.asarray(x)
+    if x.dtype.kind in "iu" or (x.dtype.kind == "f" and x.dtype.itemsize >= 4 and not _Mode.flushing):
+        return np.negative(x)  # (NumPy's float negation flips the sign bit too, outside FTZ/DAZ)
     if _is_float(x.dtype):
         bits = _bits_of(x.dtype)
         return np.bitwise_xor(x.view(bits), bits.type(1 << (8 * x.dtype.itemsize - 1))).view(x.dtype)
-    if x.dtype.kind in "iu":
-        return np.negative(x)
     raise _unsupported("neg", x.dtype)
 
 
@@ -401,11 +420,11 @@ def _neg(x, **_):
 def _abs(x, **_):
     """Floats: the sign bit cleared (as XLA's fabs); signed integers: INT_MIN stays INT_MIN."""
     x = np.asarray(x)
+    if x.dtype.kind in "iu" or (x.dtype.kind == "f" and x.dtype.itemsize >= 4 and not _Mode.flushing):
+        return np.abs(x)  # (NumPy's float abs clears the sign bit too, outside FTZ/DAZ)
     if _is_float(x.dtype):
         bits = _bits_of(x.dtype)
         return np.bitwise_and(x.view(bits), bits.type((1 << (8 * x.dtype.itemsize - 1)) - 1)).view(x.dtype)
-    if x.dtype.kind in "iu":
-        return np.abs(x)
     raise _unsupported("abs", x.dtype)
 
 
