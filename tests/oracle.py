@@ -76,16 +76,17 @@ def _ulp(values: np.ndarray) -> np.ndarray:
 
 
 def flush_subnormals(values: np.ndarray) -> np.ndarray:
-    """Subnormal floats replaced by a zero of their sign, as XLA on CPU computes them.
+    """Subnormal float32/float64/bfloat16 values replaced by a zero of their sign, as XLA's CPU code
+    stores them.
 
-    XLA's CPU backend runs with flush-to-zero and denormals-are-zero set (its thread pools set the
-    MXCSR bits): a result below the smallest normal becomes 0, a subnormal operand reads as 0.
-    NumPy follows IEEE gradual underflow, and emulating the CPU mode on every operation would slow
-    every rule for values training never produces. So that is the interpreter's one declared
-    difference: generated inputs hold no subnormals (`arrays`) and results are compared with
-    subnormals flushed on both sides.
+    XLA's CPU backend runs with flush-to-zero and denormals-are-zero set: a result below the
+    smallest normal becomes 0, a subnormal operand reads as 0. The interpreter runs its rules in
+    the same processor mode (`elementwise.xla_float_environment`), but BLAS threads and the C
+    library do not all honour it, so results are compared with subnormals flushed on both sides
+    and generated inputs hold none (`arrays`). float16 is computed in float32, where its
+    subnormals are normal numbers: XLA keeps them, and so does this comparison.
     """
-    if values.dtype.kind != "f" and values.dtype != ml_dtypes.bfloat16:
+    if values.dtype.kind != "f" and values.dtype != ml_dtypes.bfloat16 or values.dtype == np.float16:
         return values
     tiny = ml_dtypes.finfo(values.dtype).smallest_normal
     wide = values.astype(np.float64)
@@ -98,8 +99,15 @@ def assert_same(want: np.ndarray, got: np.ndarray, ulps: float = 0.0, label: str
     assert got.dtype == want.dtype, f"{label}: dtype {got.dtype}, JAX gives {want.dtype}"
     assert got.shape == want.shape, f"{label}: shape {got.shape}, JAX gives {want.shape}"
     want, got = flush_subnormals(want), flush_subnormals(got)
-    if want.dtype.kind not in "fc" or ulps == 0:
+    floating = want.dtype.kind == "f" or want.dtype == ml_dtypes.bfloat16
+    if not floating or ulps == 0:
+        if want.dtype == ml_dtypes.bfloat16:  # NumPy's testing sees no NaN in bfloat16: as float32
+            want, got = want.astype(np.float32), got.astype(np.float32)
         np.testing.assert_array_equal(got, want, err_msg=label, strict=True)
+        if floating:  # bit for bit means the sign of a zero too
+            zeros = (want == 0) & (got == 0)
+            wrong = np.signbit(want[zeros]) != np.signbit(got[zeros])
+            assert not wrong.any(), f"{label}: {int(wrong.sum())} zero(s) of the other sign than JAX's"
         return
     w, g = want.astype(np.float64), got.astype(np.float64)
     with np.errstate(invalid="ignore"):  # inf - inf where both are inf: `exact` covers it

@@ -141,3 +141,17 @@ def test_config_lanes_sharing_a_model_share_a_key():
     keys = {name: experiment({**lanes[name]}).model.key for name in ("xla_gpu", "xla_cpu", "host")}
     assert len(set(keys.values())) == 1
     assert experiment(lanes["softmax_kernel"]).model.key == experiment(lanes["softmax_xla"]).model.key
+
+
+def test_every_model_is_known_to_both_schemas_and_the_tables():
+    import json
+
+    from gradlanes.experiment.models import MODELS
+    from gradlanes.report.rows import MODEL_NAMES
+    from gradlanes.schemas import CONFIG, schema_path
+
+    config = yaml.safe_load(schema_path(CONFIG).read_text())
+    assert tuple(config["$defs"]["lane"]["properties"]["model"]["enum"]) == MODELS
+    record = json.loads((REPO / "src/gradlanes/schemas/record.schema.json").read_text())
+    assert tuple(record["properties"]["config"]["properties"]["model"]["enum"]) == MODELS
+    assert set(MODEL_NAMES) | {"mlp"} == set(MODELS)

@@ -26,6 +26,7 @@ from gradlanes.program.jaxcompat import (
     sub_jaxprs,
 )
 from gradlanes.program.rules import EXACT_DTYPES, RULES, STRUCTURED, Rule
+from gradlanes.program.rules.elementwise import xla_float_environment
 from gradlanes.program.rules.prng import KEY_LAYOUT, KeyArray, meets_keys, on_key_words
 
 __all__ = ["RULES", "Interpreter", "UnsupportedPrimitive", "find_unsupported", "widened"]
@@ -229,7 +230,8 @@ class Interpreter:
                 f"the captured {label}; add a rule to gradlanes.program.rules or run this "
                 "lane on engine 'xla'"
             )
-        with np.errstate(all="ignore"):  # planning evaluates constant equations
+        # Planning evaluates constant equations: in XLA's float environment too.
+        with np.errstate(all="ignore"), xla_float_environment():
             self._plan = _Plan(program.jaxpr, program.consts, widen=widen)
         dtype_of = widened if widen else host_dtype
         self._input_dtypes = [dtype_of(v.aval.dtype) for v in program.jaxpr.invars]
@@ -239,8 +241,9 @@ class Interpreter:
     def __call__(self, *args: Any) -> list[Any]:
         if self._convert_inputs:
             args = [host_value(a, d) for a, d in zip(args, self._input_dtypes, strict=True)]
-        # Overflow to inf, 0/0 and the like are values here, as on XLA, not events to warn about.
-        with np.errstate(all="ignore"):
+        # Overflow to inf, 0/0 and the like are values here, as on XLA, not events to warn about;
+        # and subnormals flush to zero as XLA's CPU code flushes them (FTZ and DAZ, at no cost).
+        with np.errstate(all="ignore"), xla_float_environment():
             return [_materialize(value) for value in self._plan.run(*args)]
 
 

@@ -111,9 +111,13 @@ def _identity(runs: list[dict]) -> dict:
     }
 
 
+#: How the tables name each model beside its key (the MLP adds its widths).
+MODEL_NAMES = {"softmax": "softmax", "cnn": "cnn (LeNet-5)"}
+
+
 def _setup(cfg: dict) -> dict:
     return {
-        "model": cfg["model"] + (f" 784-{cfg['hidden']}-10" if cfg["model"] == "mlp" else ""),
+        "model": f"mlp 784-{cfg['hidden']}-10" if cfg["model"] == "mlp" else MODEL_NAMES[cfg["model"]],
         "loss": cfg["loss"],
         "optimizer": f"{cfg['optimizer']} {cfg['learning_rate']:g}"
         + (" cosine" if cfg["schedule"] == "cosine" else ""),
