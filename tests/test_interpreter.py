@@ -249,3 +249,10 @@ def test_select_against_a_broadcast_zero_matches_where():
     )
     (got,) = Interpreter(program)(which, on_true, zero)
     assert got.tobytes() == np.where(which, on_true, np.float32(0)).tobytes()
+
+
+def test_inputs_that_are_not_numpy_arrays_are_converted_first():
+    program = jax.make_jaxpr(lambda a, b: a * b + 1)(f32(3), np.float32(2))
+    (got,) = Interpreter(program)(jnp.arange(3, dtype=jnp.float32), 2.0)
+    np.testing.assert_array_equal(got, np.arange(3, dtype=np.float32) * 2 + 1)
+    assert got.dtype == np.float32

@@ -241,6 +241,11 @@ class Interpreter:
     def __call__(self, *args: Any) -> list[Any]:
         if self._convert_inputs:
             args = [host_value(a, d) for a, d in zip(args, self._input_dtypes, strict=True)]
+        elif not all(isinstance(a, np.ndarray | np.generic) for a in args):  # jax.Arrays, lists, floats
+            args = [
+                a if isinstance(a, np.ndarray | np.generic) else host_value(a, d)
+                for a, d in zip(args, self._input_dtypes, strict=True)
+            ]
         # Overflow to inf, 0/0 and the like are values here, as on XLA, not events to warn about;
         # and subnormals flush to zero as XLA's CPU code flushes them (FTZ and DAZ, at no cost).
         with np.errstate(all="ignore"), xla_float_environment():
