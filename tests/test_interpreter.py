@@ -256,3 +256,16 @@ def test_inputs_that_are_not_numpy_arrays_are_converted_first():
     (got,) = Interpreter(program)(jnp.arange(3, dtype=jnp.float32), 2.0)
     np.testing.assert_array_equal(got, np.arange(3, dtype=np.float32) * 2 + 1)
     assert got.dtype == np.float32
+
+
+def test_the_readme_lists_every_primitive_with_a_rule():
+    import re
+    from pathlib import Path
+
+    from gradlanes.program.jaxcompat import CALL_JAXPR_PARAM
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = text.split("<!-- primitives:start -->")[1].split("<!-- primitives:end -->")[0]
+    rows = [line.split("|")[2] for line in block.splitlines() if line.startswith("| ") and "---" not in line]
+    listed = {name for row in rows[1:] for name in re.findall(r"`([\w-]+)`", row.split("(")[0])}
+    assert listed == set(RULES) | set(STRUCTURED) | set(CALL_JAXPR_PARAM)
