@@ -13,6 +13,7 @@ every lane that shares a model and seed starts bit-identically.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import jax
@@ -104,18 +105,34 @@ def init_params(spec: ModelSpec, seed: int) -> dict[str, np.ndarray]:
     """Initial weights from threefry2x32(seed); biases start at zero."""
     if spec.init not in INITIALIZERS:
         raise ValueError(f"unknown init {spec.init!r}; choose one of {', '.join(INITIALIZERS)}")
+    # On the CPU wherever a GPU is present too: every machine starts a seed from the same bits.
+    with jax.default_device(jax.local_devices(backend="cpu")[0]):
+        params = _initializer_program(spec)(np.uint32(seed))
+    return {name: np.asarray(value, dtype=np.float32) for name, value in params.items()}
+
+
+@functools.cache
+def _initializer_program(spec: ModelSpec):
+    """Every initial weight of `spec` as one jitted program of the seed.
+
+    Run op by op, the initializers compile each primitive once per weight shape (LeNet-5's five
+    shapes took ~5 s of compiling); one program compiles once, and its values are the op-by-op
+    ones bit for bit (`tests/test_capture.py`).
+    """
     shapes = spec.shapes()
     weights = sorted(name for name in shapes if name.startswith("w"))
-    keys = jax.random.split(jax.random.key(seed, impl="threefry2x32"), len(weights))
     initializer = INITIALIZERS[spec.init]()
-    params = {}
-    for name, shape in shapes.items():
-        if name in weights:
-            value = initializer(keys[weights.index(name)], shape, jnp.float32)
-        else:
-            value = jnp.zeros(shape, jnp.float32)
-        params[name] = np.asarray(value, dtype=np.float32)
-    return params
+
+    def initial(seed):
+        keys = jax.random.split(jax.random.key(seed, impl="threefry2x32"), len(weights))
+        return {
+            name: initializer(keys[weights.index(name)], shape, jnp.float32)
+            if name in weights
+            else jnp.zeros(shape, jnp.float32)
+            for name, shape in shapes.items()
+        }
+
+    return jax.jit(initial)
 
 
 def forward(spec: ModelSpec, params: dict, images: jax.Array) -> jax.Array:
