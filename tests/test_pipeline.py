@@ -32,7 +32,15 @@ PUBLISHED, WORK = published("mnist"), work("mnist")
 HAS_GPU = any(d.platform == "gpu" for d in jax.devices())
 # Sane floors for the slice (1,024 training images, tens of steps), far above chance (10 %), per
 # experiment (model, loss), so that a new lane of an existing experiment needs no new floor.
-SLICE_FLOORS = {("mlp", "mse"): 70.0, ("softmax", "xent"): 65.0, ("mlp", "xent"): 55.0}
+# The cnn floor: seed 0 measured 66.9 % on both cnn lanes (16 Adam steps); held-out seeds 10-14
+# measured 50.5-64.4 %, each seed's value equal on both lanes under 3 kernel cells
+# (results/checks/calibration-subset.json), so the floor allows the kernels nothing and seed 0 ~3 points.
+SLICE_FLOORS = {
+    ("mlp", "mse"): 70.0,
+    ("softmax", "xent"): 65.0,
+    ("mlp", "xent"): 55.0,
+    ("cnn", "xent"): 64.0,
+}
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +184,10 @@ def test_a_failed_agreement_check_fails_the_dag_and_publishes_nothing(subset_cop
     strict = {**mirror, "agreement": {"early_loss_u": 1e-3}}
     process = run_snakemake(workdir, configfile=SUBSET, overrides=strict)
     assert process.returncode != 0
-    assert "agreement checks failed: host/seed-0/early_loss measured" in output_of(process)
+    # Every failed check is named (sorted by name): `host`'s own, not only `cnn_host`'s.
+    failed = re.search(r"agreement checks failed: (.*)", output_of(process))
+    assert failed, output_of(process)
+    assert re.search(r"(^|; )host/seed-0/early_loss measured", failed[1]), failed[1]
     assert tree_digest(workdir / "results") == published
 
 

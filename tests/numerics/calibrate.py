@@ -6,7 +6,9 @@ and the end-of-run pair bounds cannot be derived from one step's rounding. This 
 lanes and agreement rule on held-out seeds (not the seeds whose results are committed) under several
 kernel cells and datasets, with every calibrated bound opened wide, and writes
 `results/checks/calibration[-<name>].json` (every value) and `.md` (the spread and the bounds it
-supports). A bound is 3 x the worst value measured, never below 3 x the quantity's resolution
+supports). `--lanes` calibrates only some lanes (and the pairs among them) and merges their values
+into the existing files, so a new lane pair does not re-run every other lane. A bound is 3 x the
+worst value measured, never below 3 x the quantity's resolution
 (one test image for accuracy and predictions, one float32 ulp for a relative loss, one unit for the
 early losses), so a check whose every calibration value was 0 still allows one differing image.
 """
@@ -61,6 +63,40 @@ def wide_open(config: dict, seeds: list[int], mirror: str | None) -> dict:
     return override
 
 
+def only_lanes(config: dict, lanes: list[str]) -> dict:
+    """`config` with only `lanes` and the agreement pairs between them (a new config, not an overlay:
+    an overlay cannot remove the other lanes)."""
+    unknown = sorted(set(lanes) - set(config["lanes"]))
+    if unknown:
+        raise SystemExit(f"--lanes names {unknown}, not lanes of the config: {sorted(config['lanes'])}")
+    pairs = {
+        name: pair
+        for name, pair in config["agreement"]["pairs"].items()
+        if pair["reference"] in lanes and pair["candidate"] in lanes
+    }
+    return {
+        **config,
+        "lanes": {lane: settings for lane, settings in config["lanes"].items() if lane in lanes},
+        "agreement": {**config["agreement"], "pairs": pairs},
+    }
+
+
+def merged(previous: dict, fresh: dict[str, list[dict]], lanes: list[str]) -> dict[str, list[dict]]:
+    """`previous` values with those of `lanes` (their early losses, their pairs) replaced by `fresh`."""
+
+    def lane_of(entry: dict) -> str:
+        return entry["check"].split("/", 1)[0]
+
+    values = {
+        key: [e for e in entries if not (key == "early_loss" and lane_of(e) in lanes)]
+        for key, entries in previous.items()
+        if key not in fresh or key == "early_loss"
+    }
+    for key, entries in fresh.items():
+        values[key] = values.get(key, []) + entries
+    return values
+
+
 def cell_by_name(name: str) -> Cell:
     coretype, isa, threads = name.split("-")
     return Cell(coretype, None if isa == "xla_default" else isa, int(threads.removesuffix("t")))
@@ -109,7 +145,13 @@ def collect(folder: Path, run: str, cell: Cell, report: dict, values: dict) -> N
         )
 
 
-def markdown(config_name: str, seeds, runs, cells, values, bounds) -> str:
+def _whole(previous: dict) -> dict:
+    """The one part a file written before `--lanes` existed describes: every lane of its config."""
+    lanes = sorted({e["check"].split("/", 1)[0] for e in previous["values"].get("early_loss", [])})
+    return {key: previous[key] for key in ("runs", "seeds", "cells")} | {"lanes": lanes}
+
+
+def markdown(config_name: str, parts: list[dict], values, bounds) -> str:
     rows = []
     for key, entries in values.items():
         measured = sorted(e["measured"] for e in entries)
@@ -121,9 +163,16 @@ def markdown(config_name: str, seeds, runs, cells, values, bounds) -> str:
         [
             f"# Calibration of the agreement bounds that cannot be derived ({config_name})",
             "",
-            f"Written by `tests/numerics/calibrate.py`: the lanes of `{config_name}` on held-out seeds "
-            f"{', '.join(map(str, seeds))} ({', '.join(runs)}) under the kernel cells {', '.join(cells)} "
-            "(OpenBLAS core type - XLA ISA cap - cores), every calibrated bound opened wide. Each bound "
+            f"Written by `tests/numerics/calibrate.py` from the lanes of `{config_name}`, every calibrated "
+            "bound opened wide, under kernel cells named OpenBLAS core type - XLA ISA cap - cores:",
+            "",
+            *(
+                f"- {', '.join(f'`{lane}`' for lane in p['lanes'])}: held-out seeds "
+                f"{', '.join(map(str, p['seeds']))} ({', '.join(p['runs'])}) under {', '.join(p['cells'])}"
+                for p in parts
+            ),
+            "",
+            "Each bound "
             f"is {SAFETY:g} x the worst value measured (for equal predictions, {SAFETY:g} x the worst "
             "share of differing predictions), never below 3 x the quantity's resolution (one test image, "
             "one float32 ulp, one float32 unit), rounded up to two digits. `early_loss` is in float32 "
@@ -149,12 +198,16 @@ def main() -> int:
     parser.add_argument("--mirror", default=str(SHARED_MNIST), help="MNIST folder or URL for the base config")
     parser.add_argument("--overlay-cells", help="cells for the overlay datasets (default: --cells)")
     parser.add_argument("--reuse", action="store_true", help="reuse runs in --workdir that have a report")
+    parser.add_argument("--lanes", help="only these lanes (comma-separated) and their pairs, merged in")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "src"))
     from gradlanes.atomic import write_json, write_text
 
     args.config = str(Path(args.config).resolve())  # snakemake runs in each cell's folder
     config = yaml.safe_load(Path(args.config).read_text())
+    lanes = args.lanes.split(",") if args.lanes else None
+    if lanes:
+        config = only_lanes(config, lanes)
     seeds = [int(s) for s in args.seeds.split(",")]
     runnable, skipped = split_runnable([cell_by_name(n) for n in args.cells.split(",")])
     runs = {"mnist": None, **{Path(o).stem: Path(o).resolve() for o in args.overlay}}
@@ -166,14 +219,18 @@ def main() -> int:
         for cell in overlay_cells if overlay else runnable:
             folder = (
                 Path(args.workdir)
-                / (args.name or "default")
+                / ((args.name or "default") + ("-" + "-".join(lanes) if lanes else ""))
                 / (cell.name if run == "mnist" else f"{run}-{cell.name}")
             )
             if not (args.reuse and agreement_report(folder, "calibration") is not None):
                 folder.mkdir(parents=True, exist_ok=True)
                 wide = folder / "calibration.yaml"
                 wide.write_text(yaml.safe_dump(wide_open(config, seeds, None if overlay else args.mirror)))
-                configfiles = [args.config, *([str(overlay)] if overlay else []), str(wide)]
+                base = args.config
+                if lanes:
+                    base = str(folder / "lanes.yaml")
+                    Path(base).write_text(yaml.safe_dump(config, sort_keys=False))
+                configfiles = [base, *([str(overlay)] if overlay else []), str(wide)]
                 argv = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(folder),
                         "--configfile", *configfiles, "--cores", str(cell.threads),
                         "--forcerun", "agreement", EXPERIMENT.agreement]  # fmt: skip
@@ -190,14 +247,21 @@ def main() -> int:
                 return 1
             collect(folder, run, cell, report, values)
             print(f"{run} {cell.name}: {sum(len(v) for v in values.values())} values so far", flush=True)
+    stem = REPO / "results" / "checks" / ("calibration" + (f"-{args.name}" if args.name else ""))
+    cells = sorted({c.name for c in runnable} | ({c.name for c in overlay_cells} if args.overlay else set()))
+    part = {"lanes": lanes or sorted(config["lanes"]), "runs": list(runs), "seeds": seeds, "cells": cells}
+    parts = [part]
+    if lanes and stem.with_suffix(".json").is_file():
+        previous = json.loads(stem.with_suffix(".json").read_text())
+        values = merged(previous["values"], values, lanes)
+        parts = [p for p in previous.get("parts", [_whole(previous)]) if p["lanes"] != part["lanes"]]
+        parts.append(part)
     bounds = {key: bound_for(key.rsplit("/", 1)[-1], entries) for key, entries in values.items()}
     suggested = {"early_loss_u": bounds.get("early_loss"), "pairs": defaultdict(dict)}
     for key, bound in bounds.items():
         if key != "early_loss":
             pair, kind = key.rsplit("/", 1)
             suggested["pairs"][pair][PAIR_KINDS[kind]] = bound
-    stem = REPO / "results" / "checks" / ("calibration" + (f"-{args.name}" if args.name else ""))
-    cells = sorted({c.name for c in runnable} | ({c.name for c in overlay_cells} if args.overlay else set()))
     write_json(
         stem.with_suffix(".json"),
         {
@@ -206,14 +270,14 @@ def main() -> int:
             "seeds": seeds,
             "cells": cells,
             "skipped_cells": {c.name: why for c, why in skipped.items()},
+            "parts": parts,
             "safety": SAFETY,
             "suggested_bounds": suggested,
             "values": values,
         },
     )
-    write_text(
-        stem.with_suffix(".md"), markdown(Path(args.config).name, seeds, list(runs), cells, values, bounds)
-    )
+    config_name = str(Path(args.config).relative_to(REPO))
+    write_text(stem.with_suffix(".md"), markdown(config_name, parts, values, bounds))
     print(json.dumps(suggested, indent=2))
     return 0
 
