@@ -10,15 +10,36 @@ MIRROR_ARG := $(if $(MIRROR),--config 'dataset={"mirrors": ["$(MIRROR)"]}',)
 
 CLUSTER_STAMP := $(VENV)/.cluster-stamp
 
+# `make install GPU=cuda13` (or cuda12) adds JAX's CUDA plugin, at the jax version requirements.lock
+# pins, from requirements-gpu-<flavour>.lock (README: GPU). Without GPU, install is the CPU lock alone.
+GPU ?=
+GPU_FLAVOURS := cuda12 cuda13
+ifneq ($(GPU),)
+ifeq ($(filter $(GPU),$(GPU_FLAVOURS)),)
+$(error GPU=$(GPU) is not a CUDA flavour gradlanes pins: use GPU=cuda13 (NVIDIA driver >= 580) or GPU=cuda12 (driver >= 525); README: GPU)
+endif
+endif
+GPU_STAMP := $(if $(GPU),$(VENV)/.gpu-$(GPU)-stamp)
+
 .PHONY: install run test test-numerics calibrate test-cluster lint clean-venv
 
-install: $(STAMP)
+install: $(STAMP) $(GPU_STAMP)
 
 # The stamp re-installs only when the lock or the package metadata changed.
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $@
+
+# One CUDA flavour at a time (two plugins would both claim the GPU): the other's is removed first
+# (-qq: silent where it is not installed).
+# Re-installs when the GPU lock or the CPU install changed; -c keeps every pin of requirements.lock.
+$(VENV)/.gpu-%-stamp: $(STAMP) requirements-gpu-%.lock
+	$(BIN)/python -m pip uninstall --quiet --quiet --disable-pip-version-check -y \
+		$(foreach other,$(filter-out $*,$(GPU_FLAVOURS)),jax-$(other)-plugin jax-$(other)-pjrt)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -r requirements-gpu-$*.lock
+	rm -f $(VENV)/.gpu-*-stamp
 	touch $@
 
 run: install

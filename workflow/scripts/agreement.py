@@ -5,6 +5,7 @@ import json
 from gradlanes.atomic import write_json
 from gradlanes.data.dataset import load
 from gradlanes.data.description import DatasetDescription
+from gradlanes.engines.gpu import prepare_gpu_lane
 from gradlanes.experiment.spec import resolve
 from gradlanes.joblog import UserFacingError, job_logging
 from gradlanes.run.agreement import LaneFiles, pair_checks, reference_checks, summarize
@@ -25,6 +26,8 @@ def describe(check) -> str:
 
 
 with job_logging(smk.log[0]) as log:
+    if any(settings.get("device") == "gpu" for settings in smk.params.lanes.values()):
+        prepare_gpu_lane()  # GPU engines built here compute as the gpu lanes did: deterministically
     dataset = DatasetDescription.read(smk.input.manifest)
     settings = smk.params.agreement
     datasets = {}

@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
                 command.append("--quick")
             for engine in args.engine:
                 command += ["--engine", engine]
-            subprocess.run(command, env={**os.environ, **thread_env(threads)}, check=True)
+            # JAX_PLATFORMS=cpu: on a machine with a GPU the CPU rows must still run on the CPU.
+            env = {**os.environ, **thread_env(threads), "JAX_PLATFORMS": "cpu"}
+            subprocess.run(command, env=env, check=True)
             by_threads[threads] = json.loads(out.read_text())
     snakemake = snakemake_timing(Path(args.snakemake_dir)) if args.snakemake_dir else None
     env = environment()
@@ -86,8 +88,26 @@ def main(argv: list[str] | None = None) -> int:
         )
     if snakemake:
         write_json(Path(args.out_dir) / "snakemake.json", {"environment": env, **snakemake})
-    write_text(args.markdown, markdown(by_threads, env, snakemake))
+    gpu = gpu_rows(args.arrays, args.quick)
+    if gpu is not None:
+        write_json(Path(args.out_dir) / f"{gpu['workload']}.json", gpu)
+    write_text(args.markdown, markdown(by_threads, env, snakemake, gpu))
     return 0
+
+
+def gpu_rows(arrays: str, quick: bool) -> dict | None:
+    """The GPU rows, run in their own process (`gradlanes.bench.gpu`); None without a GPU (logged why)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch) / "gpu.json"
+        command = [sys.executable, "-m", "gradlanes.bench.gpu", "--arrays", arrays, "--json", str(out)]
+        if quick:
+            command += ["--steps", "20", "--reps", "2"]
+        subprocess.run(command, check=True)
+        result = json.loads(out.read_text())
+    if result["status"] != "ok":
+        print(f"GPU rows skipped: {result['reason']}", file=sys.stderr)
+        return None
+    return result
 
 
 if __name__ == "__main__":

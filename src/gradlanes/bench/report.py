@@ -153,7 +153,65 @@ def gpu_on_paper(tlaloc: dict) -> list[str]:
     ]
 
 
-def markdown(by_threads: dict[int, dict], environment: dict, snakemake: dict | None) -> str:
+def gpu_section(gpu: dict) -> list[str]:
+    """The GPU rows (`gradlanes.bench.gpu`): Tlaloc's step on the GPU against the GPU's own limit."""
+    device, limit = gpu["device"], gpu["limit"]
+    flops = gpu["flops_xla"] or gpu["flops_analytic"]
+    limit_head = (
+        f"% of the {limit['name']} limit ({_fmt_us(limit['limit_us'])}, {limit['bound']}-bound)"
+        if limit
+        else "% of the limit"
+    )
+    lines = [
+        f"## {gpu['description']} — {device['device_kind']}",
+        "",
+        f"{gpu['steps_per_rep']} steps per repetition, {gpu['reps']} repetitions; matmul precision "
+        f"`{device['matmul_precision']}`; XLA_FLAGS `{device['xla_flags']}`. `xla_gpu_fused` runs the "
+        "repetition's steps in one dispatch.",
+        "",
+        f"| engine | compile s | per step, median [min – max] | GFLOP/s | {limit_head} "
+        "| XLA memory: arguments + outputs + temporaries, MB | final loss |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in gpu["rows"]:
+        if row["status"] != "ok":
+            lines.append(f"| {row['engine']} | — | {row['reason']} | — | — | — | — |")
+            continue
+        memory = row.get("device_memory") or {}
+        held = sum(
+            memory.get(k, 0) for k in ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes")
+        )
+        share = row.get("fraction_of_limit")
+        lines.append(
+            f"| {row['engine']} | {row['compile_s']:.3f} | {_fmt_us(row['step_us_median'])} "
+            f"[{_fmt_us(row['step_us_min'])} – {_fmt_us(row['step_us_max'])}] "
+            f"| {flops / (row['step_us_median'] * 1e-6) / 1e9:,.0f} "
+            f"| {'—' if share is None else f'{100 * share:.1f} %'} "
+            f"| {held / 1e6:,.1f} | {row['final_loss']:.10g} |"
+        )
+    lines.append("")
+    if limit:
+        lines.append(
+            f"The limit: {flops / 1e9:.2f} GFLOP at {limit['float32_flops'] / 1e12:.0f} TFLOP/s dense "
+            f"float32 takes {_fmt_us(limit['compute_us'])}; the {gpu['bytes_per_step'] / 1e6:.1f} MB a "
+            "step must move (every input read and every output written once) at "
+            f"{limit['bytes_per_s'] / 1e12:.1f} TB/s take {_fmt_us(limit['memory_us'])} ({limit['source']})."
+        )
+    else:
+        lines.append(f"No fraction of the limit: {gpu['limit_reason']}.")
+    if gpu["per_dispatch_overhead_us"] is not None:
+        peak = gpu["device_memory"].get("peak_bytes_in_use", 0) / 2**20
+        lines.append(
+            f"One dispatch per step adds {_fmt_us(gpu['per_dispatch_overhead_us'])} a step over the fused "
+            f"run (launch, and reading the loss back). Peak device memory of the process: {peak:,.1f} MiB "
+            f"(`memory_stats()['peak_bytes_in_use']`, both rows). Tlaloc's GB10: {GB10_TLALOC_MS} ms/step."
+        )
+    return lines
+
+
+def markdown(
+    by_threads: dict[int, dict], environment: dict, snakemake: dict | None, gpu: dict | None = None
+) -> str:
     runs = sorted(by_threads.items())
     lines = [
         "# gradlanes benchmark",
@@ -207,6 +265,8 @@ def markdown(by_threads: dict[int, dict], environment: dict, snakemake: dict | N
             ]
             lines += workload_table(work, run["limits"], threads)
     lines += ["", *_xla_note(by_threads), "", *gpu_on_paper(runs[0][1]["workloads"][0])]
+    if gpu is not None and gpu.get("status") == "ok":  # measured GPU rows, where a GPU was visible
+        lines += ["", *gpu_section(gpu)]
     return "\n".join(lines) + "\n"
 
 

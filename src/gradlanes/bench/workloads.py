@@ -211,22 +211,32 @@ def _xla_pair(program, carry, data, steps) -> tuple[XlaRunner, XlaRunner]:
     )
 
 
+#: Tlaloc's experiment as the benchmark runs it (one full batch of 4,096 images); the CPU rows and
+#: the GPU rows (`gradlanes.bench.gpu`) add `steps` and `fuse_steps`.
+TLALOC_SETTINGS = {
+    "engine": "xla",
+    "model": "mlp",
+    "hidden": 128,
+    "init": "lecun_normal",
+    "loss": "mse",
+    "optimizer": "adam",
+    "learning_rate": 5e-4,
+    "batch_size": "full",
+    "train_images": 4096,
+}
+
+
+def tlaloc_flops(batch: int, inputs: int, hidden: int, classes: int) -> int:
+    """The MLP step's matmul FLOPs: forward, then the backward products (weight and hidden gradients)."""
+    return 2 * batch * (inputs * hidden + hidden * classes) + 2 * batch * (
+        hidden * classes + classes * hidden + inputs * hidden
+    )
+
+
 def tlaloc(
     images: np.ndarray, labels: np.ndarray, steps: int = 20, engines: tuple[str, ...] = ()
 ) -> Workload:
-    settings = {
-        "engine": "xla",
-        "model": "mlp",
-        "hidden": 128,
-        "init": "lecun_normal",
-        "loss": "mse",
-        "optimizer": "adam",
-        "learning_rate": 5e-4,
-        "batch_size": "full",
-        "steps": steps,
-        "fuse_steps": steps,
-        "train_images": 4096,
-    }
+    settings = {**TLALOC_SETTINGS, "steps": steps, "fuse_steps": steps}
     exp = resolve("bench", settings, 0, bench_dataset(images))
     program = capture(exp)
     params = init_params(exp.model, 0)
@@ -241,10 +251,7 @@ def tlaloc(
         steps,
         images_per_step=4096,
     )
-    b, d, h, c = 4096, images.shape[1], 128, 10
-    work.flops_analytic = 2 * b * (d * h + h * c) + 2 * b * (
-        h * c + c * h + d * h
-    )  # forward + backward matmuls
+    work.flops_analytic = tlaloc_flops(4096, images.shape[1], 128, 10)
     work.equations = count_equations(program.step.jaxpr)
     targets = nm.onehot(y, 10, np.float32)
 

@@ -11,6 +11,7 @@ import jax
 import numpy as np
 
 from gradlanes.engines.base import EnginePlugin, EngineUnavailable
+from gradlanes.engines.gpu import gpu_unavailable_reason
 from gradlanes.program.capture import CapturedProgram
 from gradlanes.program.jaxcompat import ClosedJaxpr, jaxpr_as_fun
 
@@ -19,10 +20,12 @@ def find_device(kind: str) -> jax.Device:
     try:
         return jax.devices(kind)[0]
     except RuntimeError as error:
+        present = {d.platform for d in jax.devices()}
+        if kind == "gpu":  # the reason says whether the machine has a GPU and what to install
+            raise EngineUnavailable(gpu_unavailable_reason(present)) from error
         raise EngineUnavailable(
-            f"JAX sees no {kind.upper()} here (platforms present: "
-            f"{', '.join(sorted({d.platform for d in jax.devices()}))}); a {kind} lane runs only "
-            "where jaxlib has that backend"
+            f"JAX sees no {kind.upper()} here (platforms present: {', '.join(sorted(present))}); a "
+            f"{kind} lane runs only where jaxlib has that backend"
         ) from error
 
 

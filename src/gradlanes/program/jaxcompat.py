@@ -124,3 +124,17 @@ __all__ = [
     "without_source_locations",
     "wrap_key_data",
 ]
+
+
+def started_backends() -> frozenset[str] | None:
+    """Names of the XLA backends this process has started (empty before the first), None if unknown.
+
+    JAX has no public way to ask without starting them; the `_backends` table of
+    jax/_src/xla_bridge.py exists under this name in jax 0.10 and 0.11.
+    """
+    try:
+        from jax._src import xla_bridge
+    except ImportError:
+        return None
+    table = getattr(xla_bridge, "_backends", None)
+    return None if table is None else frozenset(table)

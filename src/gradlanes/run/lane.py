@@ -19,6 +19,7 @@ from gradlanes.data.dataset import load
 from gradlanes.data.description import DatasetDescription
 from gradlanes.engines import compiles  # noqa: F401 - registers the compile listener before anything compiles
 from gradlanes.engines.base import EngineUnavailable
+from gradlanes.engines.gpu import prepare_gpu_lane
 from gradlanes.engines.registry import get_engine
 from gradlanes.environment import usable_cores
 from gradlanes.experiment.spec import Experiment
@@ -55,6 +56,8 @@ def lane_program(exp: Experiment, manifest: Path | None) -> tuple[CapturedProgra
 
 
 def run_lane(exp: Experiment, paths: LanePaths) -> Record:
+    if exp.device == "gpu":  # before anything starts XLA, which reads XLA_FLAGS once; the record keeps them
+        prepare_gpu_lane()
     started = time.perf_counter()
     dataset = DatasetDescription.read(paths.manifest)
     plugin = get_engine(exp.engine)
