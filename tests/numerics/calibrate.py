@@ -58,6 +58,8 @@ def wide_open(config: dict, seeds: list[int], mirror: str | None) -> dict:
             },
         },
     }
+    # A lane that runs fewer of the experiment's seeds runs every held-out one here.
+    override["lanes"] = {lane: {"seeds": seeds} for lane, s in config["lanes"].items() if "seeds" in s}
     if mirror:
         override["dataset"] = {"mirrors": [mirror]}
     return override
