@@ -90,7 +90,8 @@ def test_committed_lanes_group_by_initial_weights_and_batch_order(committed):
         for group in (
             {"xla_gpu", "xla_cpu", "host", "iree_cpu"},
             {"softmax_kernel", "softmax_xla"},
-            {"mlp_stream"},
+            {"mlp_stream", "mlp_stream_gpu"},
+            {"cnn_xla", "cnn_host", "cnn_gpu"},
         )
     ]
     assert groups == expected

@@ -40,6 +40,21 @@ def test_accuracy_text_format():
     assert accuracy_text(9373, 10000) == "9,373 / 10,000 = 93.73 %"
 
 
+def test_the_intro_says_how_many_seeds_each_lane_pooled():
+    import pandas as pd
+
+    from gradlanes.report.tables import seed_counts
+
+    def frame(*rows):
+        return pd.DataFrame(rows, columns=["lane", "status", "seeds"])
+
+    assert seed_counts(frame(("a", "ok", 5), ("b", "ok", 5), ("gpu", "skipped", 0))) == "5 seeds"
+    mixed = frame(("a", "ok", 5), ("b", "ok", 5), ("cnn_xla", "ok", 3), ("cnn_host", "ok", 3))
+    assert seed_counts(mixed) == "5 seeds (3 for `cnn_xla`, `cnn_host`)"
+    assert seed_counts(frame(("a", "ok", 1))) == "1 seed"
+    assert seed_counts(frame(("gpu", "skipped", 0))) == "no seeds"
+
+
 def test_agreement_verdicts():
     checks = [
         {"lanes": ["a", "b"], "status": "ok"},

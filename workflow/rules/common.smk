@@ -219,4 +219,5 @@ def bench_engines():
 
 
 BENCH_WORKLOADS = ["tlaloc", "rusty_16x8_float64", "rusty_16x8_float32", "rusty_256x64_float64",
-                   "rusty_256x64_float32", "softmax_b32", "softmax_b4096", "lenet_b128"]
+                   "rusty_256x64_float32", "softmax_b32", "softmax_b4096", "lenet_b128",
+                   "tlaloc_gpu"]  # the GPU rows: status skipped, with the reason, without a GPU

@@ -89,14 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     if snakemake:
         write_json(Path(args.out_dir) / "snakemake.json", {"environment": env, **snakemake})
     gpu = gpu_rows(args.arrays, args.quick)
-    if gpu is not None:
-        write_json(Path(args.out_dir) / f"{gpu['workload']}.json", gpu)
-    write_text(args.markdown, markdown(by_threads, env, snakemake, gpu))
+    # Written either way, as a skipped lane writes its record: without a GPU it says why.
+    write_json(Path(args.out_dir) / f"{gpu['workload']}.json", {"environment": env, **gpu})
+    write_text(args.markdown, markdown(by_threads, env, snakemake, gpu if gpu["status"] == "ok" else None))
     return 0
 
 
-def gpu_rows(arrays: str, quick: bool) -> dict | None:
-    """The GPU rows, run in their own process (`gradlanes.bench.gpu`); None without a GPU (logged why)."""
+def gpu_rows(arrays: str, quick: bool) -> dict:
+    """The GPU rows, run in their own process (`gradlanes.bench.gpu`); status `skipped` and the
+    reason without a GPU."""
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "gpu.json"
         command = [sys.executable, "-m", "gradlanes.bench.gpu", "--arrays", arrays, "--json", str(out)]
@@ -106,7 +107,6 @@ def gpu_rows(arrays: str, quick: bool) -> dict | None:
         result = json.loads(out.read_text())
     if result["status"] != "ok":
         print(f"GPU rows skipped: {result['reason']}", file=sys.stderr)
-        return None
     return result
 
 

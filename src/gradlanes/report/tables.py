@@ -15,7 +15,7 @@ from gradlanes.report.anchors import Anchor, load_anchors
 from gradlanes.report.columns import DASH, number
 
 INTRO = (
-    "One row per lane; each number is over {seeds} seed(s) (mean, with a Student-t "
+    "One row per lane; each number is over {seeds} (mean, with a Student-t "
     "95 % interval across seeds). Accuracy pools every seed's test predictions. Times are this "
     "machine's, on the day the records were made; see `runs/` beside this summary for each seed's record. "
     "The float64-reference error is the worst over seeds, at the initial and the trained weights, "
@@ -49,6 +49,18 @@ def lane_table(frame: pd.DataFrame) -> str:
     )
 
 
+def seed_counts(frame: pd.DataFrame) -> str:
+    """How many seeds the lanes that ran pooled: '5 seeds', or '5 seeds (3 for `cnn_xla`, `cnn_host`)'."""
+    ran = frame.loc[frame["status"] == "ok"]
+    counts = ran.groupby("seeds")["lane"].apply(list)
+    if counts.empty:
+        return "no seeds"
+    usual = max(counts.index, key=lambda n: (len(counts[n]), n))
+    others = [f"{n} for {', '.join(f'`{lane}`' for lane in counts[n])}" for n in counts.index if n != usual]
+    plural = "seed" if usual == 1 else "seeds"
+    return f"{usual} {plural}" + (f" ({'; '.join(others)})" if others else "")
+
+
 def markdown(frame: pd.DataFrame, paired: str = "") -> str:
     """The summary page: the lane table, why lanes did not run, the paired comparisons (`paired`,
     a Markdown section from `report.paired`) and the published anchors."""
@@ -57,11 +69,10 @@ def markdown(frame: pd.DataFrame, paired: str = "") -> str:
         for row in frame.itertuples()
         if row.status != "ok"
     ]
-    seeds = sorted(set(frame.loc[frame["status"] == "ok", "seeds"]))
     parts = [
         "# gradlanes results",
         "",
-        INTRO.format(seeds=", ".join(map(str, seeds))),
+        INTRO.format(seeds=seed_counts(frame)),
         "",
         lane_table(frame),
         "",
