@@ -15,8 +15,8 @@ from gradlanes.report.anchors import Anchor, load_anchors
 from gradlanes.report.columns import DASH, number
 
 INTRO = (
-    "One row per lane; each number is over {seeds} (mean, with a Student-t "
-    "95 % interval across seeds). Accuracy pools every seed's test predictions. Times are this "
+    "One row per lane; each number is over {seeds}: the mean, with a Student-t "
+    "95 % interval across seeds. Accuracy pools every seed's test predictions. Times are this "
     "machine's, on the day the records were made; see `runs/` beside this summary for each seed's record. "
     "The float64-reference error is the worst over seeds, at the initial and the trained weights, "
     "of the lane's loss and gradient against the float64 evaluation of its own captured program, in "
