@@ -10,6 +10,7 @@ import pytest
 import yaml
 from PIL import Image, ImageDraw
 
+from gradlanes.config import lane_seeds
 from gradlanes.layout import default_experiment, published
 from gradlanes.report.cli import main
 from gradlanes.report.drawn import ImageUnreadable, mnist_style
@@ -136,7 +137,9 @@ def test_committed_records_render_the_committed_summary():
     """The column specifications reproduce results/summary.md from its records, cell for cell."""
     config = yaml.safe_load((REPO / "config.yaml").read_text())
     committed = published(default_experiment(config))
-    paths = [REPO / committed.record(lane, seed) for lane in config["lanes"] for seed in config["seeds"]]
+    paths = [
+        REPO / committed.record(lane, seed) for lane in config["lanes"] for seed in lane_seeds(config, lane)
+    ]
     report = json.loads((REPO / committed.agreement).read_text())
     records = load_records(paths)
     pairs = paired_section(paired_comparisons(records, list(config["lanes"])))
