@@ -75,7 +75,9 @@ def test_the_interpreter_supports_every_primitive_of_the_program(entry):
     assert not missing, f"{entry.name} uses primitive(s) with no rule: {sorted(missing)}"
 
 
-@pytest.mark.numerics
+# Not marked `numerics`: under each of the matrix's 18 cells the 40 programs cost ~90 s at one
+# thread (27 min of CI); `make test` runs them once, and their criterion already scales with
+# XLA's own distance from the float64 reference on the machine that runs them.
 @pytest.mark.parametrize("entry", CORPUS, ids=lambda entry: entry.name)
 def test_one_train_step_matches_xla_under_the_float64_reference_measure(entry):
     step, args = entry.build()
