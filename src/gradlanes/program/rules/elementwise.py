@@ -404,28 +404,28 @@ def _mulhi(x, y, **_):
 
 
 # ---- sign, rounding, bits of floats -----------------------------------------------------------
+def _on_sign_bit(name: str, x, native, on_bits):
+    """`native` where NumPy's float op already acts on the sign bit alone (integers, and float32/64
+    outside FTZ/DAZ); otherwise `on_bits(bits, sign_mask)` on the float's bit pattern."""
+    x = np.asarray(x)
+    if x.dtype.kind in "iu" or (x.dtype.kind == "f" and x.dtype.itemsize >= 4 and not _Mode.flushing):
+        return native(x)
+    if _is_float(x.dtype):
+        bits = _bits_of(x.dtype)
+        return on_bits(x.view(bits), bits.type(1 << (8 * x.dtype.itemsize - 1))).view(x.dtype)
+    raise _unsupported(name, x.dtype)
+
+
 @rule("neg")
 def _neg(x, **_):
     """Floats: the sign bit flipped (XLA's fneg keeps subnormals and NaN payloads); integers wrap."""
-    x = np.asarray(x)
-    if x.dtype.kind in "iu" or (x.dtype.kind == "f" and x.dtype.itemsize >= 4 and not _Mode.flushing):
-        return np.negative(x)  # (NumPy's float negation flips the sign bit too, outside FTZ/DAZ)
-    if _is_float(x.dtype):
-        bits = _bits_of(x.dtype)
-        return np.bitwise_xor(x.view(bits), bits.type(1 << (8 * x.dtype.itemsize - 1))).view(x.dtype)
-    raise _unsupported("neg", x.dtype)
+    return _on_sign_bit("neg", x, np.negative, np.bitwise_xor)
 
 
 @rule("abs")
 def _abs(x, **_):
     """Floats: the sign bit cleared (as XLA's fabs); signed integers: INT_MIN stays INT_MIN."""
-    x = np.asarray(x)
-    if x.dtype.kind in "iu" or (x.dtype.kind == "f" and x.dtype.itemsize >= 4 and not _Mode.flushing):
-        return np.abs(x)  # (NumPy's float abs clears the sign bit too, outside FTZ/DAZ)
-    if _is_float(x.dtype):
-        bits = _bits_of(x.dtype)
-        return np.bitwise_and(x.view(bits), bits.type((1 << (8 * x.dtype.itemsize - 1)) - 1)).view(x.dtype)
-    raise _unsupported("abs", x.dtype)
+    return _on_sign_bit("abs", x, np.abs, lambda bits, sign: np.bitwise_and(bits, ~sign))
 
 
 @rule("sign")
