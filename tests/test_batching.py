@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradlanes.experiment.batching import batch_order, first_batch
+from gradlanes.experiment.batching import EVAL_BATCH, batch_order, eval_batch, eval_blocks, first_batch
 
 
 def test_same_seed_same_order_other_seed_other_order():
@@ -27,3 +27,14 @@ def test_each_epoch_is_a_permutation_and_drops_the_partial_batch():
 
 def test_full_batch_uses_every_image_each_step():
     assert list(batch_order(0, 4096, 4096, 3)) == [None, None, None]
+
+
+def test_test_images_are_evaluated_in_blocks_of_one_shape_once_each():
+    images = np.arange(2500 * 3, dtype=np.float32).reshape(2500, 3) + 1
+    labels = np.arange(2500, dtype=np.int32) % 10 + 1
+    blocks = eval_blocks(images, labels)
+    assert [len(b[0]) for b in blocks] == [EVAL_BATCH] * 3 and EVAL_BATCH == eval_batch(2500) == 1000
+    stacked = np.concatenate([b[0] for b in blocks])
+    np.testing.assert_array_equal(stacked[:2500], images)
+    assert not stacked[2500:].any() and not np.concatenate([b[1] for b in blocks])[2500:].any()
+    assert eval_batch(200) == 200 and len(eval_blocks(images[:200], labels[:200])) == 1

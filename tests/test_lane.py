@@ -54,6 +54,31 @@ def test_xla_lane_compiles_its_step_exactly_once(tmp_path, prepared_mnist):
     assert record["accuracy"]["correct"] > 50, "12 steps should beat chance (10 %) clearly"
 
 
+@pytest.mark.parametrize("engine", ["xla", "interpreter"])
+def test_evaluation_in_blocks_is_evaluation_of_the_whole_test_set(
+    engine, tmp_path, prepared_mnist, monkeypatch
+):
+    from gradlanes.experiment import batching
+
+    settings = small_lane(engine=engine, test_images=250)
+    monkeypatch.setattr(batching, "EVAL_BATCH", 100)  # blocks of 100, 100 and 50 padded with 50 zeros
+    _, blocked_paths, blocked = run(tmp_path, prepared_mnist, settings, name="blocked")
+    monkeypatch.setattr(batching, "EVAL_BATCH", 1000)  # one block of all 250
+    _, whole_paths, whole = run(tmp_path, prepared_mnist, settings, name="whole")
+    assert blocked["accuracy"] == whole["accuracy"] and blocked["accuracy"]["total"] == 250
+    if engine == "xla":  # each evaluation (steps 0, 8 and 12) is one dispatch per block
+        assert (whole["dispatches"], blocked["dispatches"]) == (12 + 3, 12 + 3 * 3)
+    with np.load(blocked_paths.model) as a, np.load(whole_paths.model) as b:
+        np.testing.assert_array_equal(a["predictions"], b["predictions"])
+    tests = [
+        pd.read_parquet(p).query("kind == 'test'")["loss"].to_numpy()
+        for p in (blocked_paths.curve, whole_paths.curve)
+    ]
+    # float32 logits of one image do not depend on the batch beside it, up to the kernels' order of
+    # summation per batch size: a few ulps of a loss near 2
+    np.testing.assert_allclose(*tests, rtol=1e-6)
+
+
 def test_interpreter_lane_is_deterministic_and_compiles_nothing(tmp_path, prepared_mnist):
     settings = small_lane(engine="interpreter")
     _, first_paths, first = run(tmp_path, prepared_mnist, settings, name="first")

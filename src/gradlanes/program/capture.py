@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gradlanes.experiment.batching import eval_batch as default_eval_batch
 from gradlanes.experiment.losses import loss_fn
 from gradlanes.experiment.models import forward
 from gradlanes.experiment.optimizers import make_optimizer
@@ -115,7 +116,7 @@ def capture(exp: Experiment, eval_batch: int | None = None) -> CapturedProgram:
 
 
 def _capture(exp: Experiment, eval_batch: int | None) -> CapturedProgram:
-    eval_batch = eval_batch or exp.test_images
+    eval_batch = eval_batch or default_eval_batch(exp.test_images)
     logits_of, gradient, init_state, train_step, fused_steps = _programs(exp)
     params = {name: jax.ShapeDtypeStruct(shape, jnp.float32) for name, shape in exp.model.shapes().items()}
     images = jax.ShapeDtypeStruct((exp.batch_size, exp.model.inputs), jnp.float32)

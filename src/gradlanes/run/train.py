@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from gradlanes.data.dataset import Dataset
 from gradlanes.engines.compiles import compile_window, total_compiles
-from gradlanes.experiment.batching import batch_order
+from gradlanes.experiment.batching import batch_order, eval_blocks
 from gradlanes.experiment.losses import loss_numpy
 from gradlanes.experiment.spec import Experiment
 from gradlanes.joblog import UserFacingError
@@ -56,7 +56,7 @@ class TrainResult:
 
 def _evaluate(engine, staged_test, data: Dataset, exp: Experiment, step: int, result: TrainResult) -> dict:
     started = time.perf_counter()
-    logits = engine.logits(staged_test)
+    logits = np.concatenate([engine.logits(block) for block in staged_test])[: len(data.test_labels)]
     result.eval_s += time.perf_counter() - started
     correct = int((logits.argmax(axis=1) == data.test_labels).sum())
     entry = {
@@ -75,7 +75,7 @@ def train(exp: Experiment, engine, initial_params: dict, data: Dataset) -> Train
     """Train `engine` from `initial_params` for `exp.steps` steps; evaluate on the test split."""
     result = TrainResult()
     engine.prepare(initial_params)
-    staged_test = engine.stage(data.test_images, data.test_labels)[0]
+    staged_test = [engine.stage(*block)[0] for block in eval_blocks(data.test_images, data.test_labels)]
     full_batch = engine.stage(data.train_images, data.train_labels) if exp.full_batch else None
     log_every = max(1, math.ceil(exp.steps / exp.log_rows))
     log.info(
