@@ -7,7 +7,7 @@ import copy
 import pytest
 import yaml
 
-from gradlanes.config import ConfigError, check_config
+from gradlanes.config import ConfigError, check_config, select_lanes
 from gradlanes.schemas import CONFIG, schema_path
 from workflow import REPO, output_of, run_snakemake
 
@@ -143,6 +143,37 @@ def test_snakemake_rejects_bad_config_before_any_job(tmp_path):
     assert "unknown key 'dataset.mirrorz'" in text
     assert "'lanes.host.steps' must be an integer >= 1" in text
     assert not (tmp_path / "resources").exists()
+
+
+def test_only_lanes_keeps_those_lanes_and_the_pairs_between_them():
+    config = copy.deepcopy(BASE)
+    config["only_lanes"] = ["host", "xla_cpu", "cnn_gpu"]
+    select_lanes(config)
+    check_config(config, SCHEMA)
+    assert list(config["lanes"]) == ["xla_cpu", "host", "cnn_gpu"]  # config order, not the list's
+    assert list(config["agreement"]["pairs"]) == ["host_vs_xla_cpu"]
+    assert config["lanes"]["host"] == BASE["lanes"]["host"]
+
+
+def test_only_lanes_names_what_is_not_a_lane():
+    config = copy.deepcopy(BASE)
+    config["only_lanes"] = ["host", "hots"]
+    with pytest.raises(
+        ConfigError, match=r"'only_lanes' names lane\(s\) 'hots' not under 'lanes' \(lanes: xla_gpu,"
+    ):
+        select_lanes(config)
+    message = problems_of(lambda c: c.update(only_lanes="host"))  # not a list: the schema names it
+    assert "'only_lanes' must be" in message
+
+
+def test_snakemake_runs_only_the_lanes_named(tmp_path):
+    process = run_snakemake(
+        tmp_path, "-n", "--quiet", "rules", overrides={"only_lanes": ["softmax_kernel", "softmax_xla"]}
+    )
+    text = output_of(process)
+    assert process.returncode == 0, text
+    trained = sorted({line.split()[0] for line in text.splitlines() if line.startswith("train_")})
+    assert trained == ["train_softmax_kernel", "train_softmax_xla"]
 
 
 def test_schema_defaults_are_filled():

@@ -256,6 +256,34 @@ def coerce_switches(config: dict) -> None:
         config["experiment"] = str(config["experiment"])
 
 
+def select_lanes(config: dict) -> None:
+    """Keep the lanes `only_lanes` names, and the agreement pairs between them; drop the rest.
+
+    Run before validation, so a pair with a lane left out is dropped rather than refused: a run of
+    some lanes (the GPU lanes on a GPU machine, one engine on a cluster node) then trains, checks
+    and publishes those alone, under its own `experiment` name. A name that is not a lane is
+    refused here; anything but a list of names is left for the schema to name.
+    """
+    chosen = config.get("only_lanes")
+    if not isinstance(chosen, list) or not all(isinstance(lane, str) for lane in chosen):
+        return
+    lanes = config.get("lanes") or {}
+    unknown = [lane for lane in chosen if lane not in lanes]
+    if unknown:
+        raise ConfigError(
+            f"'only_lanes' names lane(s) {', '.join(map(repr, unknown))} not under 'lanes' "
+            f"(lanes: {', '.join(lanes)})"
+        )
+    config["lanes"] = {name: settings for name, settings in lanes.items() if name in chosen}
+    pairs = (config.get("agreement") or {}).get("pairs")
+    if isinstance(pairs, dict):
+        config["agreement"]["pairs"] = {
+            name: pair
+            for name, pair in pairs.items()
+            if not isinstance(pair, Mapping) or {pair.get("reference"), pair.get("candidate")} <= set(chosen)
+        }
+
+
 def check_config(config: Mapping, schema_path: str | Path, dataset=None) -> None:
     """Raise `ConfigError` listing every problem in `config`, one line each.
 

@@ -13,25 +13,31 @@ each timed and kept in OUT/oneshot.json:
    mirror, the dataset, initial weights and captured programs of the `device: gpu` lanes, with JAX
    on the CPU (`JAX_PLATFORMS=cpu`: the initial weights are then the bits a CPU machine makes);
 3. `lanes`: every seed of every gpu lane, through snakemake on the GPU;
-4. `bench`: the benchmark's GPU rows (`python -m gradlanes.bench.gpu`);
-5. `gpu_tests`: the GPU-marked tests (tests/test_gpu.py: a GPU lane rerun is bit-identical);
-6. `rerun`: one lane and seed trained again through snakemake (`--forcerun`), compared bit for bit.
+4. `publish`: the rest of the DAG over them (`only_lanes`): the agreement checks against the float64
+   reference, tables, figures, and rule publish into results/<dataset>-<device>/ (mnist-nvidia-h200),
+   an experiment of its own: the GPU machine's JAX traces another program text than the CPU
+   machine's, so its lanes are checked against, and published with, the programs captured there;
+5. `bench`: the benchmark's GPU rows (`python -m gradlanes.bench.gpu`);
+6. `gpu_tests`: the GPU-marked tests (tests/test_gpu.py: a GPU lane rerun is bit-identical);
+7. `rerun`: one lane and seed trained again through snakemake (`--forcerun`), compared bit for bit.
 
-The deliverables (records, benchmark rows) come first, so a run cut short keeps them.
-OUT gets oneshot.log (everything printed), oneshot.json (stages, machine, each record's headline
-numbers), gpu-run.tar.gz (records, curves, digits, programs, logs) and bench-gpu.json: four files,
-inside the device tool's limits on what comes back. They are refreshed after every stage, so a run
-cut short still brings back what it finished. The whole run keeps to BUDGET_S; a stage that would
-start past it is skipped and says so.
+The deliverables (records, the published experiment, benchmark rows) come first, so a run cut short
+keeps them. OUT gets oneshot.log (everything printed), oneshot.json (stages, machine, each record's
+headline numbers, the agreement verdict), gpu-run.tar.gz (results/<experiment>/ as published, the
+work area, logs) and bench-gpu.json: four files, inside the device tool's limits on what comes back.
+They are refreshed after every stage, so a run cut short still brings back what it finished. The
+whole run keeps to BUDGET_S; a stage that would start past it is skipped and says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import io
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -56,7 +62,8 @@ SITE = Path(os.environ.get("GRADLANES_ONESHOT_SITE", "/tmp/gradlanes-oneshot/sit
 SCRATCH = SITE.parent
 BUDGET_S = 480  # the issue's 8 minutes, start to end
 #: Seconds each stage may take at most (less where the budget has less left).
-STAGE_LIMIT_S = {"install": 60, "inputs": 120, "lanes": 300, "bench": 90, "gpu_tests": 120, "rerun": 60}
+STAGE_LIMIT_S = {"install": 60, "inputs": 120, "lanes": 300, "publish": 120, "bench": 90, "gpu_tests": 120,
+                 "rerun": 60}  # fmt: skip
 RERUN = ("xla_gpu", 0)  # the lane and seed trained twice through snakemake and compared
 
 
@@ -66,6 +73,7 @@ class Run:
     def __init__(self, out: Path, python: str):
         self.out, self.python = out, python
         self.started = time.monotonic()
+        self.device_kind = "rehearsal"  # the GPU's kind once JAX has named it: it names the experiment
         self.log_file = open(out / "oneshot.log", "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self._printing = threading.Lock()  # a command's output arrives on a thread of its own
         self.summary: dict = {
@@ -153,6 +161,7 @@ class StageFailed(Exception):
 # ---- refusal: where the run cannot happen --------------------------------------------------------
 
 
+@functools.lru_cache
 def jax_gpu(python: str) -> tuple[str | None, str]:
     """The GPU JAX sees (its device kind) with this Python, or None and what JAX said."""
     probe = "import jax; print(jax.devices('gpu')[0].device_kind)"
@@ -309,22 +318,40 @@ def merged(base: dict, update: dict) -> dict:
     return out
 
 
-def override_file() -> Path:
-    """The config merged over config.yaml: the carried archives as the mirror.
+def experiment_name(dataset: str, device_kind: str) -> str:
+    """The experiment the GPU lanes publish: the dataset and the device, `mnist-nvidia-h200`.
 
-    `replace_published` only lets the DAG parse where results/<experiment>/ holds an earlier set of
-    lanes: this run targets records alone and never reaches rule publish.
+    Apart from the CPU machine's experiment on purpose: the GPU machine's JAX is another release,
+    which traces another program text, so its lanes are checked against the float64 reference of
+    the programs captured there, and published with them, rather than joined to programs they did
+    not run.
+    """
+    return f"{dataset}-{re.sub(r'[^a-z0-9]+', '-', device_kind.lower()).strip('-')}"
+
+
+def override_file(run: Run) -> Path:
+    """The config merged over config.yaml: the gpu lanes alone, their own experiment, the carried mirror.
+
+    `replace_published` lets a second GPU run replace the first's published folder.
     """
     import yaml
 
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    gpu_lanes = [lane for lane, s in config["lanes"].items() if s.get("device") == "gpu"]
+    override = {
+        "experiment": experiment_name(config["dataset"]["name"], run.device_kind),
+        "only_lanes": gpu_lanes,
+        "dataset": {"mirrors": [str(MNIST)]},
+        "replace_published": True,
+    }
     path = SCRATCH / "oneshot-config.yaml"
-    path.write_text(yaml.safe_dump({"dataset": {"mirrors": [str(MNIST)]}, "replace_published": True}))
+    path.write_text(yaml.safe_dump(override))
     return path
 
 
 def snakemake(run: Run, targets: list[str], *options: str) -> list[str]:
     """The snakemake command for `targets`; the targets go after `--`, where no option can take them."""
-    configs = [str(REPO / "config.yaml"), str(override_file())]
+    configs = [str(REPO / "config.yaml"), str(override_file(run))]
     # greedy: the ILP scheduler needs PuLP, which is not carried (tools/gpu/h200-wheels.txt)
     return [run.python, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(REPO),
             "--configfile", *configs, "--cores", "all", "--scheduler", "greedy", "--keep-going",
@@ -332,7 +359,7 @@ def snakemake(run: Run, targets: list[str], *options: str) -> list[str]:
 
 
 def inputs(run: Run, limit: float) -> str:
-    _, lanes, targets = gpu_lane_targets([REPO / "config.yaml", override_file()])
+    _, lanes, targets = gpu_lane_targets([REPO / "config.yaml", override_file(run)])
     # Every job the records need but the gpu lanes' own: download, prepare, initial weights, programs.
     command = snakemake(run, targets, "--omit-from", *(f"train_{lane}" for lane in lanes))
     if run.command(command, limit, env=run_env({"JAX_PLATFORMS": "cpu"})) != 0:
@@ -341,7 +368,7 @@ def inputs(run: Run, limit: float) -> str:
 
 
 def lanes(run: Run, limit: float) -> str:
-    experiment, lanes, targets = gpu_lane_targets([REPO / "config.yaml", override_file()])
+    experiment, lanes, targets = gpu_lane_targets([REPO / "config.yaml", override_file(run)])
     rc = run.command(snakemake(run, targets), limit, env=run_env())
     run.summary["records"] = headlines(experiment, lanes)
     done = [r for r in run.summary["records"] if r.get("status") == "ok"]
@@ -351,6 +378,30 @@ def lanes(run: Run, limit: float) -> str:
         )
     return f"{len(done)} records with status ok: " + ", ".join(
         f"{lane} x{len(s)}" for lane, s in lanes.items()
+    )
+
+
+def publish(run: Run, limit: float) -> str:
+    """The rest of the DAG over the gpu records: agreement, tables, figures, results/<experiment>/."""
+    from gradlanes.layout import published, work
+
+    experiment, _, _ = gpu_lane_targets([REPO / "config.yaml", override_file(run)])
+    rc = run.command(snakemake(run, ["all"]), limit, env=run_env())
+    agreement = REPO / work(experiment).agreement
+    if agreement.is_file():
+        report = json.loads(agreement.read_text())
+        run.summary["agreement"] = {
+            key: report[key] for key in ("passed", "counts", "worst_fraction_of_bound", "float64_reference")
+        }
+    if rc != 0:
+        raise StageFailed(
+            f"snakemake exited {rc}: the agreement checks, tables or figures of {experiment} failed "
+            f"(logs/{experiment}/ in gpu-run.tar.gz)"
+        )
+    counts = run.summary["agreement"]["counts"]
+    return (
+        f"{published(experiment).root}/ published; agreement passed ({counts['ok']} checks ok, "
+        f"{counts['skipped']} skipped)"
     )
 
 
@@ -397,7 +448,7 @@ def rerun(run: Run, limit: float) -> str:
 
     from gradlanes.layout import work
 
-    experiment, _, _ = gpu_lane_targets([REPO / "config.yaml", override_file()])
+    experiment, _, _ = gpu_lane_targets([REPO / "config.yaml", override_file(run)])
     lane, seed = RERUN
     layout = work(experiment)
     model, curve, record = (REPO / layout.model(lane, seed), REPO / layout.curve(lane, seed),
@@ -476,8 +527,10 @@ def machine(run: Run) -> dict:
 
 
 def pack(run: Run) -> None:
-    """OUT/gpu-run.tar.gz: records, curves, digits, program files, logs, and this run's own notes."""
+    """OUT/gpu-run.tar.gz: the published experiment, the work area, logs, and this run's own notes."""
     members = [REPO / "work", REPO / "logs", REPO / ".snakemake" / "log"]
+    if run.summary.get("experiment"):  # what rule publish wrote, to commit as it is
+        members.append(REPO / "results" / run.summary["experiment"])
     notes = [SCRATCH / name for name in ("pytest-gpu.log", "pytest-gpu.xml", "rerun-first-record.json",
                                          "oneshot-config.yaml")]  # fmt: skip
     partial = run.out / "gpu-run.tar.gz.partial"
@@ -523,6 +576,10 @@ def main(argv: list[str] | None = None) -> int:
     SCRATCH.mkdir(parents=True, exist_ok=True)
     run = Run(args.out, args.python)
     run.summary["rehearsal"] = args.rehearse
+    if not args.rehearse:
+        run.device_kind = jax_gpu(args.python)[0]  # asked already by the refusal: cached
+    run.summary["device_kind"] = run.device_kind
+    run.summary["experiment"] = gpu_lane_targets([REPO / "config.yaml", override_file(run)])[0]
     run.say(f"oneshot: {REPO} -> {args.out}; budget {BUDGET_S} s")
     run.summary["machine"] = machine(run)
     ok = run.stage("install", lambda limit: install(run, limit))
@@ -532,6 +589,7 @@ def main(argv: list[str] | None = None) -> int:
         steps = [
             ("inputs", inputs),
             ("lanes", lanes),
+            ("publish", publish),
             ("bench", bench),
             ("gpu_tests", gpu_tests),
             ("rerun", rerun),

@@ -5,7 +5,14 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from gradlanes.atomic import recover_folder
-from gradlanes.config import ConfigError, check_config, check_dataset, coerce_switches, lane_seeds
+from gradlanes.config import (
+    ConfigError,
+    check_config,
+    check_dataset,
+    coerce_switches,
+    lane_seeds,
+    select_lanes,
+)
 from gradlanes.data.description import DatasetDescription
 from gradlanes.layout import default_experiment, published, work
 from gradlanes.publish import Identity, PublishRefused, check_replaceable
@@ -22,6 +29,7 @@ def pinned_content():
 # download: the schema and the semantic rules here, the sizes the prepared data implies below.
 coerce_switches(config)
 try:
+    select_lanes(config)
     check_config(config, CONFIG_SCHEMA)
 except ConfigError as error:
     raise WorkflowError(str(error)) from None
