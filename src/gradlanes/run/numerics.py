@@ -136,22 +136,35 @@ def _magnitude_sums(loss: str, model):
     def example(p, x, label):
         return loss_fn(loss, forward(model, p, x[None]), label[None])
 
-    def terms(p, x, label):
+    def terms(p, x, label, signs):
         value, grads = jax.value_and_grad(example)(p, x, label)
-        loss_terms, cotangent = term_magnitudes(loss, forward(model, p, x[None])[0], label)
-        magnitudes = jax.tree_util.tree_map(jnp.abs, p)
-        _, pullback = jax.vjp(lambda q: forward(model, q, jnp.abs(x)[None])[0], magnitudes)
-        (floor,) = pullback(cotangent)
-        return jnp.abs(value), grads, loss_terms, floor
+        logits, pullback = jax.vjp(lambda q: forward(model, q, x[None])[0], p)
+        loss_terms, cotangent = term_magnitudes(loss, logits, label)
+        # Output c's rounding error, of size u * cotangent[c], reaches the weights along the
+        # network's own signed Jacobian row J_c; the outputs' errors are independent, so their
+        # variances add: sum_c (J_c cotangent_c)^2 per weight. One pullback of random signs gives
+        # it without the C pullbacks: E[(sum_c s_c J_c cotangent_c)^2] = sum_c (J_c cotangent_c)^2.
+        (probe,) = pullback(signs * cotangent)
+        return jnp.abs(value), grads, loss_terms, probe
 
     @jax.jit
-    def sums(p, xs, ls):
-        value, grads, loss_terms, floor = jax.vmap(terms, in_axes=(None, 0, 0))(p, xs, ls)
+    def sums(p, xs, ls, signs):
+        value, grads, loss_terms, probe = jax.vmap(terms, in_axes=(None, 0, 0, 0))(p, xs, ls, signs)
         total = jax.tree_util.tree_map(lambda g: jnp.abs(g).sum(axis=0), grads)
-        squares = jax.tree_util.tree_map(lambda f: jnp.square(f).sum(axis=0), floor)
-        return value.sum(), jnp.square(loss_terms).sum(), total, squares
+        variance = jax.tree_util.tree_map(lambda v: jnp.square(v).sum(axis=0), probe)
+        return value.sum(), jnp.square(loss_terms).sum(), total, variance
 
     return sums
+
+
+#: The seed of the probe signs: fixed, so that a scale is a function of weights and batch alone.
+PROBE_SEED = 0
+
+
+def probe_signs(examples: int, classes: int) -> np.ndarray:
+    """Rademacher signs (+1 or -1, float32) per example and output: the floor's variance probe."""
+    rng = np.random.Generator(np.random.PCG64(PROBE_SEED))
+    return (2.0 * rng.integers(0, 2, size=(examples, classes)) - 1.0).astype(np.float32)
 
 
 def per_example_scale(exp, params: dict, images: np.ndarray, labels: np.ndarray, chunk: int = 256):
@@ -160,13 +173,18 @@ def per_example_scale(exp, params: dict, images: np.ndarray, labels: np.ndarray,
     mean: the mean magnitude of the per-example contributions, |loss_b| and |grad loss_b|, which
     the batch mean sums; it does not vanish when examples cancel each other near a minimum.
     floor: what `mean` misses when an example's own terms cancel (a confidently classified example
-    computes 1 - p from p ~ 1): each example's rounding acts on its term magnitudes
-    (`losses.term_magnitudes`, carried to the weights through the network on |weights| and
-    |inputs|), and those independent per-example errors add over the batch as a random walk,
-    sqrt(sum_b a_b^2) / B. Computed with `jax.vmap` in float32, outside the captured program.
+    computes 1 - p from p ~ 1): each example's rounding acts on its term magnitudes a_c
+    (`losses.term_magnitudes`), each reaches the weights along the signed Jacobian row J_c, and
+    those independent errors add as variances over outputs and examples:
+    sqrt(sum_b sum_c (J_bc a_bc)^2) / B, the sum over c taken by one random-sign pullback per
+    example (`probe_signs`). Computed with `jax.vmap` in float32, outside the captured program.
     """
     sums = _magnitude_sums(exp.loss, exp.model)
-    parts = [sums(params, images[s : s + chunk], labels[s : s + chunk]) for s in range(0, len(labels), chunk)]
+    signs = probe_signs(len(labels), exp.model.classes)
+    parts = [
+        sums(params, images[s : s + chunk], labels[s : s + chunk], signs[s : s + chunk])
+        for s in range(0, len(labels), chunk)
+    ]
     count = len(labels)
 
     def combine(index):
