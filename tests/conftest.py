@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 from mirror import MirrorServer
+from prerequisites import require
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_MNIST = Path(os.environ.get("GRADLANES_SHARED", REPO.parent / "shared")) / "datasets/mnist"
@@ -16,11 +17,11 @@ CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
 
 @pytest.fixture(scope="session")
 def shared_mnist() -> Path:
-    if not (SHARED_MNIST / "train-images-idx3-ubyte.gz").is_file():
-        pytest.skip(
-            f"real MNIST not found at {SHARED_MNIST}: clone gradlanes beside a shared/ folder "
-            "(as CI does) or set GRADLANES_SHARED to a folder holding datasets/mnist/"
-        )
+    require(
+        (SHARED_MNIST / "train-images-idx3-ubyte.gz").is_file(),
+        f"real MNIST not found at {SHARED_MNIST}: clone gradlanes beside a shared/ folder "
+        "(as CI does) or set GRADLANES_SHARED to a folder holding datasets/mnist/",
+    )
     return SHARED_MNIST
 
 

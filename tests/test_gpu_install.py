@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from prerequisites import require
 
 from gradlanes.engines import gpu
 
@@ -53,8 +54,10 @@ def pins(path: Path) -> dict[str, str]:
 
 @pytest.fixture
 def wheels() -> Path:
-    if not any(wheelset.WHEELS.glob("*.whl")) or not wheelset.MNIST.is_dir():
-        pytest.skip(f"{wheelset.WHEELS} is not filled: run `{FILL}` (needs PyPI) to fill it")
+    require(
+        any(wheelset.WHEELS.glob("*.whl")) and wheelset.MNIST.is_dir(),
+        f"{wheelset.WHEELS} is not filled: run `{FILL}` (needs PyPI) to fill it",
+    )
     return wheelset.WHEELS
 
 
