@@ -302,3 +302,41 @@ def test_another_dataset_is_its_own_experiment_and_never_touches_the_default(sha
     receipt = json.loads((workdir / other.receipt).read_text())
     assert receipt["identity"]["dataset"] == NAME and receipt["identity"]["experiment"] == NAME
     assert tree_digest(workdir / PUBLISHED.root) == default
+
+
+def test_only_lanes_trains_checks_and_publishes_those_lanes_as_their_own_experiment(subset_copy):
+    """`only_lanes` (the one-shot GPU run's way to publish its lanes alone): those lanes, the pairs
+    between them, under their own experiment name; the default experiment stays byte-identical."""
+    workdir, mirror = subset_copy
+    default = tree_digest(workdir / PUBLISHED.root)
+    chosen = ["xla_gpu", "xla_cpu", "host"]
+    overrides = {**mirror, "only_lanes": chosen, "experiment": "mnist-three"}
+    process = run_snakemake(workdir, configfile=SUBSET, overrides=overrides)
+    assert process.returncode == 0, output_of(process)
+    three = published("mnist-three")
+    assert sorted(p.name for p in (workdir / three.root / "runs").iterdir()) == sorted(chosen)
+    report = json.loads((workdir / three.agreement).read_text())
+    ran = set(chosen) - (set() if HAS_GPU else {"xla_gpu"})
+    checked = {
+        lane
+        for lane, by_seed in report["float64_reference"].items()
+        if all(check["status"] == "ok" for seed in by_seed.values() for check in seed.values())
+    }
+    assert report["passed"] and checked == ran and set(report["float64_reference"]) == set(chosen)
+    pairs = {c["name"].split("/")[0] for c in report["checks"] if len(c["lanes"]) == 2}
+    assert pairs == {"host_vs_xla_cpu"}
+    assert tree_digest(workdir / PUBLISHED.root) == default
+
+
+@pytest.mark.skipif(HAS_GPU, reason="JAX sees a GPU here: the gpu lane runs instead of being skipped")
+def test_an_experiment_whose_every_lane_is_skipped_still_publishes_saying_so(subset_copy):
+    """The one-shot GPU script rehearsed on a CPU: every lane skipped, the tables and figures say so."""
+    workdir, mirror = subset_copy
+    overrides = {**mirror, "only_lanes": ["xla_gpu"], "experiment": "mnist-no-gpu"}
+    process = run_snakemake(workdir, configfile=SUBSET, overrides=overrides)
+    assert process.returncode == 0, output_of(process)
+    folder = workdir / published("mnist-no-gpu").root
+    record = json.loads((folder / "runs" / "xla_gpu" / "seed-0" / "record.json").read_text())
+    assert record["status"] == "skipped" and "JAX sees no GPU here" in record["reason"]
+    assert "skipped" in (folder / "summary.md").read_text()
+    assert (folder / "figures" / "digits.png").stat().st_size > 0

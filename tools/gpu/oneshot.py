@@ -579,12 +579,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.rehearse:
         run.device_kind = jax_gpu(args.python)[0]  # asked already by the refusal: cached
     run.summary["device_kind"] = run.device_kind
-    run.summary["experiment"] = gpu_lane_targets([REPO / "config.yaml", override_file(run)])[0]
     run.say(f"oneshot: {REPO} -> {args.out}; budget {BUDGET_S} s")
     run.summary["machine"] = machine(run)
     ok = run.stage("install", lambda limit: install(run, limit))
     if ok:
         sys.path.insert(0, str(SITE))  # the carried packages (yaml, jsonschema) for the steps below
+        run.summary["experiment"] = gpu_lane_targets([REPO / "config.yaml", override_file(run)])[0]
         # The records and the benchmark rows first: a run cut short keeps the deliverables.
         steps = [
             ("inputs", inputs),

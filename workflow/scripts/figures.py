@@ -41,7 +41,7 @@ with job_logging(smk.log[0]) as log:
         styles,
     )
     predictions = {lane: load_model(smk.input[f"{lane}/model"]).predictions for lane in ok}
-    tested = min(len(p) for p in predictions.values())
+    tested = min((len(p) for p in predictions.values()), default=0)
     with np.load(smk.input.arrays) as arrays:
         pixels, labels = arrays["test_images"][:tested], arrays["test_labels"][:tested]
     figures.digit_grid(

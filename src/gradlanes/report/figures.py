@@ -137,6 +137,12 @@ def digit_grid(
 ) -> None:
     """Rows are lanes, columns test digits: the first digits, then ones some lane got wrong."""
     lanes = list(predictions)
+    if not lanes:  # every lane was skipped (a GPU run's lanes on a machine without one): say so
+        fig, ax = plt.subplots(figsize=(6, 1.5))
+        ax.axis("off")
+        ax.text(0.5, 0.5, "No lane ran (every lane was skipped): no predictions to show", ha="center")
+        _save(fig, path)
+        return
     wrong_any = np.flatnonzero(np.any([predictions[lane] != labels for lane in lanes], axis=0))
     first = list(range(columns // 2))
     picked = first + [int(i) for i in wrong_any if i not in first][: columns - len(first)]
@@ -196,8 +202,12 @@ def cost_and_accuracy(summary: pd.DataFrame, path, styles: Mapping[str, LaneStyl
             text = f"{value:.3g}" if key == "step_ms" else f"{value:.2f}"
             ax.annotate(text, (x, top), textcoords="offset points", xytext=(0, 4), ha="center", fontsize=8)
     left.set_yscale("log")
-    low_acc = np.nanmin(ok["accuracy_ci_low"].fillna(ok["accuracy_mean"]))
-    right.set_ylim(math.floor(low_acc) - 2, 100)
+    if len(ok):
+        low_acc = np.nanmin(ok["accuracy_ci_low"].fillna(ok["accuracy_mean"]))
+        right.set_ylim(math.floor(low_acc) - 2, 100)
+    else:  # every lane was skipped: empty axes that say so
+        for ax in (left, right):
+            ax.text(0.5, 0.5, "no lane ran", ha="center", transform=ax.transAxes)
     seeds = int(ok["seeds"].max()) if len(ok) else 0
     fig.suptitle(
         f"Cost and accuracy per lane (mean of {seeds} seeds, whiskers: 95 % Student-t CI)", fontsize=11
