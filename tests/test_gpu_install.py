@@ -170,6 +170,24 @@ def test_the_oneshot_targets_are_every_seed_of_every_gpu_lane():
     assert f"work/{experiment}/runs/xla_gpu/seed-0/record.json" in targets
 
 
+def test_the_gpu_lanes_publish_an_experiment_of_their_own(tmp_path, monkeypatch):
+    """The GPU machine's JAX traces another program text, so its lanes are their own experiment."""
+    assert oneshot.experiment_name("mnist", "NVIDIA H200") == "mnist-nvidia-h200"
+    assert oneshot.experiment_name("mnist", "NVIDIA GeForce RTX 4090 ") == "mnist-nvidia-geforce-rtx-4090"
+    monkeypatch.setattr(oneshot, "SCRATCH", tmp_path)
+    run = oneshot.Run(tmp_path, sys.executable)
+    run.device_kind = "NVIDIA H200"
+    try:
+        override = yaml.safe_load(oneshot.override_file(run).read_text())
+    finally:
+        run.close()
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    assert override["only_lanes"] == [lane for lane, s in config["lanes"].items() if s.get("device") == "gpu"]
+    assert override["experiment"] == "mnist-nvidia-h200" and override["replace_published"] is True
+    experiment, lanes, _ = oneshot.gpu_lane_targets([REPO / "config.yaml", oneshot.override_file(run)])
+    assert experiment == "mnist-nvidia-h200" and list(lanes) == override["only_lanes"]
+
+
 def test_fetch_wheels_says_where_mnist_is_missing(tmp_path):
     done = subprocess.run(
         ["bash", str(TOOLS / "fetch_wheels.sh")], capture_output=True, text=True, timeout=60,
