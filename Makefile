@@ -9,6 +9,7 @@ MIRROR ?=
 MIRROR_ARG := $(if $(MIRROR),--config 'dataset={"mirrors": ["$(MIRROR)"]}',)
 
 CLUSTER_STAMP := $(VENV)/.cluster-stamp
+MUTATION_STAMP := $(VENV)/.mutation-stamp
 
 # `make install GPU=cuda13` (or cuda12) adds JAX's CUDA plugin, at the jax version requirements.lock
 # pins, from requirements-gpu-<flavour>.lock (README: GPU). Without GPU, install is the CPU lock alone.
@@ -21,7 +22,7 @@ endif
 endif
 GPU_STAMP := $(if $(GPU),$(VENV)/.gpu-$(GPU)-stamp)
 
-.PHONY: install run test test-numerics calibrate test-cluster lint clean-venv
+.PHONY: install run test test-numerics calibrate test-cluster mutation lint clean-venv
 
 install: $(STAMP) $(GPU_STAMP)
 
@@ -67,6 +68,15 @@ $(CLUSTER_STAMP): $(STAMP) requirements-cluster.lock
 
 test-cluster: $(CLUSTER_STAMP)
 	bash tests/cluster/run.sh
+
+# Mutation testing (mutmut) of the modules that compute or check what the project claims, listed
+# in pyproject.toml [tool.mutmut]; writes results/checks/mutation.md (tools/mutation.py).
+$(MUTATION_STAMP): $(STAMP) requirements-mutation.lock
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-mutation.lock
+	touch $@
+
+mutation: $(MUTATION_STAMP)
+	$(BIN)/python tools/mutation.py
 
 # snakemake --lint exits 1 for its conda/container lint, which gradlanes answers in the README
 # ("Why one lint stays"); any other lint fails this target.

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gradlanes.data.idx import IMAGES_MAGIC, LABELS_MAGIC, IdxFormatError, parse_idx
+from gradlanes.data.idx import IMAGES_MAGIC, LABELS_MAGIC, IdxFormatError, check_split, parse_idx
 from gradlanes.experiment.batching import batch_order, eval_blocks, first_batch
 
 DATA_SETTINGS = settings(
@@ -128,3 +128,37 @@ def test_evaluation_blocks_cover_the_test_set_once(count, width):
     np.testing.assert_array_equal(stacked[:count], images)
     np.testing.assert_array_equal(np.concatenate([b[1] for b in blocks])[:count], labels)
     assert not stacked[count:].any() and len(stacked) - count < len(blocks[0][0])
+
+
+# ---- what the mutation run (make mutation) found untested --------------------------------------
+
+
+@pytest.mark.parametrize(("magic", "kind"), [(IMAGES_MAGIC, "images"), (LABELS_MAGIC, "labels")])
+def test_a_wrong_magic_names_the_kind_of_file_expected(magic, kind):
+    with pytest.raises(IdxFormatError, match=rf"for an idx {kind} file of unsigned bytes$"):
+        parse_idx(struct.pack(">I", 0x0D03), "f.idx", magic)
+
+
+def test_a_file_of_only_its_magic_is_cut_at_the_dimensions_not_too_short():
+    with pytest.raises(IdxFormatError, match="header declares 1 dimensions but the file ends after 4 bytes"):
+        parse_idx(struct.pack(">I", LABELS_MAGIC), "f.idx", LABELS_MAGIC)
+    with pytest.raises(IdxFormatError, match="file is 3 bytes, too short for an idx header"):
+        parse_idx(b"\0\0\x08", "f.idx", LABELS_MAGIC)
+
+
+def test_the_largest_label_is_classes_minus_one():
+    images = np.zeros((4, 2, 2), np.uint8)
+    check_split(images, np.array([0, 9, 3, 9], np.uint8), "i", "l", 10)
+    with pytest.raises(IdxFormatError, match=r"^l: label 10 at item 3 is outside 0..9"):
+        check_split(images, np.array([0, 9, 3, 10], np.uint8), "i", "l", 10)  # the largest is classes
+    with pytest.raises(IdxFormatError, match=r"^l: label 10 at item 1 is outside 0..9"):
+        check_split(images, np.array([0, 10, 3, 11], np.uint8), "i", "l", 10)  # the first bad one
+    check_split(images[:0], np.array([], np.uint8), "i", "l", 10)  # an empty split has no labels to check
+
+
+@DATA_SETTINGS
+@given(st.integers(1, 2500), st.sampled_from([np.float32, np.uint8]), st.sampled_from([np.int32, np.uint8]))
+def test_evaluation_blocks_keep_the_dtypes_the_program_takes(count, image_dtype, label_dtype):
+    blocks = eval_blocks(np.ones((count, 3), image_dtype), np.ones(count, label_dtype))
+    assert {b[0].dtype for b in blocks} == {np.dtype(image_dtype)}
+    assert {b[1].dtype for b in blocks} == {np.dtype(label_dtype)}
