@@ -74,6 +74,7 @@ class Run:
         self.out, self.python = out, python
         self.started = time.monotonic()
         self.device_kind = "rehearsal"  # the GPU's kind once JAX has named it: it names the experiment
+        self.targets: tuple[str, dict[str, list[int]], list[str]] | None = None  # set after install
         self.log_file = open(out / "oneshot.log", "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self._printing = threading.Lock()  # a command's output arrives on a thread of its own
         self.summary: dict = {
@@ -359,7 +360,7 @@ def snakemake(run: Run, targets: list[str], *options: str) -> list[str]:
 
 
 def inputs(run: Run, limit: float) -> str:
-    _, lanes, targets = gpu_lane_targets([REPO / "config.yaml", override_file(run)])
+    _, lanes, targets = run.targets
     # Every job the records need but the gpu lanes' own: download, prepare, initial weights, programs.
     command = snakemake(run, targets, "--omit-from", *(f"train_{lane}" for lane in lanes))
     if run.command(command, limit, env=run_env({"JAX_PLATFORMS": "cpu"})) != 0:
@@ -368,7 +369,7 @@ def inputs(run: Run, limit: float) -> str:
 
 
 def lanes(run: Run, limit: float) -> str:
-    experiment, lanes, targets = gpu_lane_targets([REPO / "config.yaml", override_file(run)])
+    experiment, lanes, targets = run.targets
     rc = run.command(snakemake(run, targets), limit, env=run_env())
     run.summary["records"] = headlines(experiment, lanes)
     done = [r for r in run.summary["records"] if r.get("status") == "ok"]
@@ -385,7 +386,7 @@ def publish(run: Run, limit: float) -> str:
     """The rest of the DAG over the gpu records: agreement, tables, figures, results/<experiment>/."""
     from gradlanes.layout import published, work
 
-    experiment, _, _ = gpu_lane_targets([REPO / "config.yaml", override_file(run)])
+    experiment, _, _ = run.targets
     rc = run.command(snakemake(run, ["all"]), limit, env=run_env())
     agreement = REPO / work(experiment).agreement
     if agreement.is_file():
@@ -448,7 +449,7 @@ def rerun(run: Run, limit: float) -> str:
 
     from gradlanes.layout import work
 
-    experiment, _, _ = gpu_lane_targets([REPO / "config.yaml", override_file(run)])
+    experiment, _, _ = run.targets
     lane, seed = RERUN
     layout = work(experiment)
     model, curve, record = (REPO / layout.model(lane, seed), REPO / layout.curve(lane, seed),
@@ -584,7 +585,9 @@ def main(argv: list[str] | None = None) -> int:
     ok = run.stage("install", lambda limit: install(run, limit))
     if ok:
         sys.path.insert(0, str(SITE))  # the carried packages (yaml, jsonschema) for the steps below
-        run.summary["experiment"] = gpu_lane_targets([REPO / "config.yaml", override_file(run)])[0]
+        # the experiment, each gpu lane's seeds and their records, read once for every stage below
+        run.targets = gpu_lane_targets([REPO / "config.yaml", override_file(run)])
+        run.summary["experiment"] = run.targets[0]
         # The records and the benchmark rows first: a run cut short keeps the deliverables.
         steps = [
             ("inputs", inputs),
