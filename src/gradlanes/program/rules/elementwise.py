@@ -22,6 +22,9 @@ running XLA on edge values (tests/test_rules_elementwise.py pins each of these):
   roundings, which `div` reproduces for 0-d and broadcast (stride-0) divisors.
 - pow is the C library's pow (NumPy's power on full arrays; with a scalar exponent NumPy takes
   shortcuts of its own).
+- cbrt, pow and atan2 read a subnormal operand as ±0: NumPy's kernels for them differ by CPU
+  there (SVML on AVX-512, the C library elsewhere) and XLA's results are its kernels' artifacts,
+  so the interpreter gives the one answer XLA's arithmetic implies, on every machine.
 - Functions that XLA expands into formulas (exp2 = exp(log(2) x), logistic = 1/(1+exp(-x)), asin,
   acos, atan, sinh, cosh, asinh, acosh, atanh) are evaluated with the same formula and the same
   order of roundings, so their errors follow XLA's; integer_pow is XLA's chain of multiplications.
@@ -363,7 +366,7 @@ def _pow(x, y, *, accuracy=None, **_):
         raise _unsupported("pow", x.dtype)
     if y.dtype != x.dtype:
         y = _convert(y, new_dtype=x.dtype)
-    return _in_dtype(_power, x.dtype)(x, y)
+    return _in_dtype(_flush_subnormal_inputs(_power), x.dtype)(x, y)
 
 
 def _power(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -541,10 +544,22 @@ def _keep_subnormal_inputs(ufunc: np.ufunc) -> Callable[[np.ndarray], np.ndarray
     return apply
 
 
-def _flush_subnormal_inputs(ufunc: np.ufunc) -> Callable[[np.ndarray], np.ndarray]:
-    """`ufunc` of x * 1 in XLA's float environment, which flushes subnormal inputs to ±0 as XLA's
-    log1p sees them (glibc's log1pf returns tiny inputs as they are)."""
-    return lambda x: ufunc(np.multiply(x, x.dtype.type(1)) if _Mode.flushing else x)
+def _flushed(x: np.ndarray) -> np.ndarray:
+    """x * 1 in XLA's float environment: subnormals read as ±0 (DAZ), all else unchanged."""
+    return np.multiply(x, x.dtype.type(1)) if _Mode.flushing else x
+
+
+def _flush_subnormal_inputs(ufunc: np.ufunc) -> Callable[..., np.ndarray]:
+    """`ufunc` of its operands flushed as XLA's arithmetic reads them.
+
+    log1p: XLA's kernel flushes tiny inputs (glibc's log1pf returns them as they are). cbrt, pow,
+    atan2: NumPy computes these with SVML on AVX-512 machines and with the C library elsewhere, and
+    the two disagree on a subnormal operand under DAZ (the C library reads its bits, SVML reads
+    zero: float32 cbrt of any subnormal is -5.6e-16, of either sign, through the C library). XLA's
+    own results there are artifacts of its kernels (the same -5.6e-16; pow(-129, 1e-39) NaN,
+    pow(1e-39, 0.5) = 2^-75), so the rule defines one answer for every machine: the function of
+    the flushed operands, as XLA's arithmetic would see them."""
+    return lambda *xs: ufunc(*(_flushed(x) for x in xs))
 
 
 _float_rule("exp", np.exp)
@@ -557,8 +572,8 @@ _float_rule("tan", np.tan)
 _float_rule("tanh", _keep_subnormal_inputs(np.tanh))
 _float_rule("sqrt", np.sqrt)
 _float_rule("rsqrt", lambda x: np.reciprocal(np.sqrt(x)))
-_float_rule("cbrt", np.cbrt)
-_float_rule("atan2", np.arctan2)
+_float_rule("cbrt", _flush_subnormal_inputs(np.cbrt))
+_float_rule("atan2", _flush_subnormal_inputs(np.arctan2))
 
 
 def _constant(value: float, dtype: np.dtype) -> np.ndarray:
