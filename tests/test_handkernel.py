@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -79,3 +81,42 @@ def test_predict_and_reduce():
     mean_loss, correct = hk.reduce_loss_and_correct([1.0, 3.0], probs, labels)
     assert mean_loss == pytest.approx(2.0)
     assert correct == int(np.sum(classes == labels))
+
+
+def test_reduce_of_no_batches_is_nan_without_a_warning():
+    """An epoch with no batches has no mean loss: NaN, and no 'mean of empty slice' warning."""
+    x, labels, w, b = batch()
+    probs, classes = hk.predict(x, w, b)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mean_loss, correct = hk.reduce_loss_and_correct([], probs, labels)
+    assert np.isnan(mean_loss)
+    assert correct == int(np.sum(classes == labels))
+
+
+def test_the_engine_trains_and_predicts_with_its_own_float32_copy():
+    """The `Engine` face of the kernels: one step is `sgd_step` at the engine's learning rate, the
+    logits are the stepped model's, and what goes in or comes out is a copy, in float32."""
+    x, labels, w, b = batch()
+    engine = hk.HandKernelEngine(learning_rate=0.25)
+    assert engine.learning_rate == 0.25 and engine.dispatches == 0
+    assert isinstance(engine.device_kind, str) and engine.device_kind
+    assert engine.params() == {}  # nothing prepared yet: no parameters, not an error
+    given = {"w": w.astype(np.float64), "b": b.astype(np.float64)}
+    engine.prepare(given)
+    given["w"][:] = 0  # the engine holds its own copy
+    engine.compile_step()
+    losses = engine.step(engine.stage(x, labels))
+    want, want_loss = hk.sgd_step({"w": w, "b": b}, x, labels, 0.25)
+    assert losses == [float(want_loss)]
+    held = engine.params()
+    for name in ("w", "b"):
+        assert held[name].dtype == np.float32
+        np.testing.assert_array_equal(held[name], want[name])
+    held["w"] = None  # params() hands out a copy of the dict
+    np.testing.assert_array_equal(engine.logits(x), hk.linear_forward(x, want["w"], want["b"]))
+    loss, grads = engine.loss_and_grad(want, x, labels)
+    want_loss2, want_grads = hk.loss_and_grad(want, x, labels)
+    assert isinstance(loss, float) and loss == float(want_loss2)
+    for name in ("w", "b"):
+        np.testing.assert_array_equal(grads[name], want_grads[name])

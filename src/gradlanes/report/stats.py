@@ -35,5 +35,5 @@ def geometric_mean_ci(ratios: Iterable[float | None], level: float = 0.95) -> tu
     data = [r for r in ratios if r is not None and not math.isnan(r)]
     if any(r <= 0 for r in data):
         raise ValueError(f"ratios must be positive to be averaged on logs, got {data}")
-    mean, low, high = mean_ci(math.log(r) for r in data)
+    mean, low, high = mean_ci((math.log(r) for r in data), level)
     return math.exp(mean), math.exp(low), math.exp(high)
