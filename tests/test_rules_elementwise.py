@@ -284,11 +284,16 @@ def values(
     # NumPy's IEEE mode (oracle.arrays has no subnormals), or an operand whose subnormals XLA's
     # kernels read by their bits (see READS_SUBNORMAL_BITS): the smallest normal of the sign, an
     # edge value of its own.
-    tiny = ml_dtypes.finfo(dtype).smallest_normal
+    subnormal, wide = _subnormal(out)
+    tiny = float(ml_dtypes.finfo(dtype).smallest_normal)
+    return np.where(subnormal, np.copysign(tiny, wide).astype(dtype), out)
+
+
+def _subnormal(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where float array `x` is subnormal, and `x` in float64 (which keeps every sign)."""
     with np.errstate(invalid="ignore"):  # bfloat16 NaN payloads
-        wide = out.astype(np.float64)
-    subnormal = (wide != 0) & (np.abs(wide) < float(tiny))
-    return np.where(subnormal, np.copysign(float(tiny), wide).astype(dtype), out)
+        wide = x.astype(np.float64)
+    return (wide != 0) & (np.abs(wide) < float(ml_dtypes.finfo(x.dtype).smallest_normal)), wide
 
 
 def shift_amounts(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
@@ -987,10 +992,8 @@ def _subnormals(rng: np.random.Generator, dtype: np.dtype, size: int) -> np.ndar
 
 def _flush(x: np.ndarray) -> np.ndarray:
     """Subnormals to zero of their sign, as DAZ reads them."""
-    with np.errstate(invalid="ignore"):
-        wide = x.astype(np.float64)
-    tiny = np.abs(wide) < float(ml_dtypes.finfo(x.dtype).smallest_normal)
-    return np.where(tiny, np.copysign(0.0, wide).astype(x.dtype), x)
+    subnormal, wide = _subnormal(x)
+    return np.where(subnormal, np.copysign(0.0, wide).astype(x.dtype), x)
 
 
 @pytest.mark.skipif(not INTERPRETER_FLUSHES, reason="the interpreter runs in NumPy's IEEE mode")
