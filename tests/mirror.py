@@ -5,6 +5,10 @@ The first path segment picks the behaviour, the rest names the file:
   /missing/<file>    404
   /html/<file>       200 with an HTML error page
   /truncated/<file>  the first half of the archive, announced at that length
+  /short/<file>      the first half of the archive, announced at its full length (then closed)
+  /cut/<file>        chunked: the first half of the archive as one whole chunk, then a chunk
+                     announced at the rest's length and closed after 10 of its bytes
+  /corrupt/<file>    gzip's magic bytes, then bytes that are not a deflate stream
   /flipped/<file>    a valid gzip whose content has one byte flipped (checksum mismatch)
   /hang/<file>       accepts the connection and never answers
   /flaky/<file>      500 on the first request for a file, then the real archive
@@ -52,10 +56,23 @@ class MirrorServer:
                     body = body[: len(body) // 2]
                 elif mode == "flipped":
                     body = server.flipped(name)
+                elif mode == "corrupt":
+                    body = b"\x1f\x8b\x08\x00" + bytes(range(256)) * 4
                 else:
                     body = path.read_bytes()
+                announced = len(body)
+                if mode == "cut":
+                    self.send_response(200)
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    half, rest = body[: announced // 2], body[announced // 2 :]
+                    self.wfile.write(f"{len(half):x}\r\n".encode() + half + b"\r\n")
+                    self.wfile.write(f"{len(rest):x}\r\n".encode() + rest[:10])
+                    return
+                if mode == "short":
+                    body = body[: announced // 2]
                 self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Content-Length", str(announced))
                 self.end_headers()
                 self.wfile.write(body)
 
@@ -73,6 +90,9 @@ class MirrorServer:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def requests_for(self, mode: str, name: str) -> int:
+        return self.requests.count(f"/{mode}/{name}")
 
     def mirror(self, mode: str) -> str:
         return f"{self.url}/{mode}/"

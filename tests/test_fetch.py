@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import http.client
 import logging
 import socket
 import threading
@@ -313,3 +314,74 @@ def test_server_error_before_a_good_mirror_is_retried_not_marked_dead(
 def test_failure_kinds(error, kind, symptom):
     failure = _describe_os_error(error, 30)
     assert (failure.kind, failure.symptom) == (kind, symptom)
+
+
+# A permanent failure is the same answer on every try: tried once, then the next mirror at once.
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [
+        ("missing", "HTTP 404"),
+        ("html", "body is not gzip"),
+        ("flipped", "content SHA-256 mismatch"),
+        ("corrupt", "corrupt gzip"),
+    ],
+)
+def test_a_permanent_failure_is_not_retried(mirror_server, dataset_config, tmp_path, mode, reason):
+    waits: list[float] = []
+    spec = specs(dataset_config, ("test_labels",))[0]
+    before = mirror_server.requests_for(mode, spec.name)
+    mirrors = [mirror_server.mirror(mode), mirror_server.mirror("good")]
+    policy = FetchPolicy(timeout_s=2, retries=4, backoff_s=0.25)
+    fetched = fetch_dataset("mnist", [spec], mirrors, tmp_path, policy, waits.append)
+    assert mirror_server.requests_for(mode, spec.name) - before == 1
+    assert waits == []
+    assert fetched[0].mirror == mirror_server.mirror("good")
+    assert len(fetched[0].attempts) == 1 and reason in fetched[0].attempts[0]
+    assert "attempt 2" not in fetched[0].attempts[0]
+
+
+# A transient failure may pass on the next try: every try is made, each wait twice the last.
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [
+        ("short", "body ended after 2258 of 4517 announced bytes"),
+        ("cut", "connection closed after 2258 bytes of the body"),  # http.client.IncompleteRead
+        ("truncated", "truncated gzip"),
+    ],
+)
+def test_a_transient_failure_is_retried_with_doubling_backoff(
+    mirror_server, dataset_config, tmp_path, mode, reason
+):
+    waits: list[float] = []
+    spec = specs(dataset_config, ("test_labels",))[0]
+    before = mirror_server.requests_for(mode, spec.name)
+    policy = FetchPolicy(timeout_s=2, retries=4, backoff_s=0.25)
+    with pytest.raises(DownloadError) as caught:
+        fetch_dataset("mnist", [spec], [mirror_server.mirror(mode)], tmp_path, policy, waits.append)
+    assert mirror_server.requests_for(mode, spec.name) - before == 4
+    assert waits == [0.25, 0.5, 1.0]
+    message = str(caught.value)
+    for attempt in range(1, 5):
+        assert f"attempt {attempt}: {reason}" in message
+    assert "attempt 5" not in message
+    assert_nothing_partial(tmp_path)
+
+
+def test_a_failed_file_takes_the_verified_ones_with_it(shared_mnist, dataset_config, tmp_path):
+    """The next rule needs the whole set: one missing file leaves no file of the download behind."""
+    only_test_labels = tmp_path / "mirror"
+    only_test_labels.mkdir()
+    wanted = specs(dataset_config, ("test_labels", "train_labels"))
+    (only_test_labels / wanted[0].name).write_bytes((shared_mnist / wanted[0].name).read_bytes())
+    target = tmp_path / "mnist"
+    with pytest.raises(DownloadError) as caught:
+        fetch_dataset("mnist", wanted, [str(only_test_labels)], target, FAST)
+    assert f"no such file: {only_test_labels / wanted[1].name}" in str(caught.value)
+    assert f"verified copy of {wanted[1].name}." in str(caught.value)
+    assert list(target.iterdir()) == []
+
+
+def test_an_incomplete_read_counts_the_bytes_read_before_it():
+    failure = _describe_os_error(http.client.IncompleteRead(b"12345", 7), 30, received=1 << 20)
+    assert failure.kind is FailureKind.TRANSIENT
+    assert failure.reason == f"connection closed after {(1 << 20) + 5} bytes of the body"

@@ -191,7 +191,8 @@ def _unreachable_symptom(reason: object) -> str | None:
     return None
 
 
-def _describe_os_error(exc: BaseException, timeout_s: float) -> MirrorFailure:
+def _describe_os_error(exc: BaseException, timeout_s: float, received: int = 0) -> MirrorFailure:
+    """The failure `exc` means; `received` counts the body's bytes read before the failing read."""
     if isinstance(exc, urllib.error.HTTPError):
         kind = FailureKind.TRANSIENT if exc.code >= 500 else FailureKind.PERMANENT
         return MirrorFailure(f"HTTP {exc.code} {exc.reason}", kind)
@@ -205,7 +206,9 @@ def _describe_os_error(exc: BaseException, timeout_s: float) -> MirrorFailure:
         return MirrorFailure(f"no such file: {reason.filename}", FailureKind.PERMANENT)
     if isinstance(exc, http.client.IncompleteRead):
         return MirrorFailure(
-            f"connection closed after {len(exc.partial)} bytes of the body", FailureKind.TRANSIENT
+            # partial holds only what the failing read had assembled (whole chunks, when chunked)
+            f"connection closed after {received + len(exc.partial)} bytes of the body",
+            FailureKind.TRANSIENT,
         )
     if symptom is not None:
         return MirrorFailure(f"connection failed: {reason}", FailureKind.UNREACHABLE, symptom)
@@ -233,7 +236,7 @@ def _stream_to(url: str, tmp: Path, timeout_s: float, label: str) -> tuple[str, 
                 received += len(chunk)
                 bar.update(len(chunk))
         except (OSError, http.client.HTTPException) as exc:
-            raise _describe_os_error(exc, timeout_s) from exc
+            raise _describe_os_error(exc, timeout_s, received) from exc
     if expected is not None and received != expected:
         raise MirrorFailure(
             f"body ended after {received} of {expected} announced bytes", FailureKind.TRANSIENT
