@@ -2,12 +2,38 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
+import pandas as pd
 import pytest
+from conftest import small_lane
 
+from gradlanes.data.dataset import Dataset
+from gradlanes.data.description import DatasetDescription
+from gradlanes.experiment.batching import first_batch
+from gradlanes.experiment.models import init_params
+from gradlanes.experiment.spec import resolve
 from gradlanes.report.summary import reference_errors
-from gradlanes.run.agreement import Check, skipped, summarize
+from gradlanes.run import agreement
+from gradlanes.run.agreement import (
+    Check,
+    LaneFiles,
+    pair_checks,
+    reference_checks,
+    relative,
+    same_program,
+    skipped,
+    summarize,
+    train_losses,
+    unit_ratio,
+)
+from gradlanes.run.modelfile import save_model
+from gradlanes.run.numerics import FLOAT32_U, probabilistic_bound
+from gradlanes.run.records import curve_frame
 
 
 def test_a_check_passes_inside_its_bound_and_fails_outside_or_on_nan():
@@ -59,3 +85,285 @@ def test_the_report_lists_each_lane_s_float64_reference_errors_and_the_summary_t
     }
     failing = summarize([*checks, Check("l/seed-2/step0_grad", "l", 2, ["l"], 101.0, 100.0)])
     assert not failing["passed"] and failing["counts"]["failed"] == 1
+
+
+# ---- the checks themselves: pairs, skips and the float64 reference, on files made here ----------
+
+
+def test_bounds_of_zero_and_a_shortfall_of_zero_allow_only_exact():
+    assert Check("x", "l", 0, ["l"], 0.0, 0.0).fraction_of_bound == 0.0
+    assert Check("x", "l", 0, ["l"], 1e-9, 0.0).fraction_of_bound == math.inf
+    assert Check("x", "l", 0, ["l"], 1.0, 1.0, ">=").fraction_of_bound == 0.0
+    assert Check("x", "l", 0, ["l"], 0.5, 1.0, ">=").fraction_of_bound == math.inf
+    assert Check("x", "l", 0, ["l"], 0.5, 1.0, ">=").status == "failed"
+    at_edge = Check("x", "l", 0, ["l"], 4.0, 4.0)
+    assert at_edge.status == "ok" and at_edge.fraction_of_bound == 1.0 and at_edge.as_dict()["margin"] == 0.0
+    assert Check("x", "p", 0, ["a", "b"], 0.99, 0.99, ">=").status == "ok"
+    gone = skipped("x", "l", 0, ["l"], 3.0, "why").as_dict()
+    assert gone["margin"] is None and gone["passed"] is None and gone["reason"] == "why"
+    assert gone["bound"] == 3.0 and gone["measured"] is None
+
+
+def test_same_program_is_one_when_every_fingerprint_is_equal():
+    one = same_program("p/seed-0/same_program", "p", 0, ["a", "b"], "f" * 64, "f" * 64)
+    assert (one.measured, one.bound, one.relation, one.unit, one.status) == (1.0, 1.0, ">=", "equal", "ok")
+    assert one.details == {"fingerprints": ["f" * 64, "f" * 64]}
+    two = same_program("p/seed-0/same_program", "p", 0, ["a", "b"], "f" * 64, "e" * 64)
+    assert (two.measured, two.status) == (0.0, "failed")
+
+
+def test_relative_difference_is_against_the_reference_and_survives_a_zero_one():
+    assert relative(1.1, 1.0) == pytest.approx(0.1)
+    assert relative(0.9, -1.0) == pytest.approx(1.9)
+    assert relative(0.0, 0.0) == 0.0
+    assert relative(1e-300, 0.0) == pytest.approx(1e-300 / np.finfo(np.float64).tiny)
+
+
+def test_unit_ratio_widens_bounds_by_the_product_roundoff():
+    assert unit_ratio(experiment()) == 1.0
+    assert unit_ratio(experiment(matmul_precision="tf32")) == 2.0**13
+
+
+def lane_record(lane, status="ok", *, final=0.25, percent=90.0, fingerprint="f" * 64, reason=None):
+    program = None if fingerprint is None else {"id": "p", "fingerprint": fingerprint}
+    return {
+        "lane": lane,
+        "status": status,
+        "reason": reason,
+        "program": program,
+        "loss": {"first": 2.3, "final": final},
+        "accuracy": {"correct": None, "total": None, "percent": percent},
+    }
+
+
+def write_lane(folder: Path, record: dict, predictions=None, params=None, losses=()) -> LaneFiles:
+    folder.mkdir(parents=True, exist_ok=True)
+    files = LaneFiles(folder / "record.json", folder / "curve.parquet", folder / "model.npz")
+    files.record.write_text(json.dumps(record))
+    save_model(files.model, params or {}, predictions, record["status"])
+    frame = curve_frame(
+        SimpleNamespace(losses=list(losses), step_seconds=[0.001] * len(losses), evals=[]) if losses else None
+    )
+    frame.to_parquet(files.curve, index=False)
+    return files
+
+
+PAIR = {"final_loss_rel": 0.01, "predictions_equal_min": 0.9, "accuracy_points_max": 0.5}
+
+
+def run_pair(tmp_path, reference: dict, candidate: dict, bounds=PAIR, predictions=None):
+    predictions = predictions or (np.arange(10) % 10, np.arange(10) % 10)
+    files = {
+        record["lane"]: write_lane(tmp_path / record["lane"], record, pred)
+        for record, pred in zip((reference, candidate), predictions, strict=True)
+    }
+    ref_exp, cand_exp = experiment(lane=reference["lane"]), experiment(lane=candidate["lane"])
+    return {c.name.split("/", 2)[2]: c for c in pair_checks("pair", bounds, ref_exp, cand_exp, files.get)}
+
+
+def test_a_pair_within_its_bounds_passes_each_measure(tmp_path):
+    one_wrong = np.array([0, 1, 2, 3, 4, 5, 6, 7, 8, 0])
+    checks = run_pair(
+        tmp_path,
+        lane_record("a", final=0.2, percent=91.0),
+        lane_record("b", final=0.201, percent=90.6),
+        predictions=(np.arange(10), one_wrong),
+    )
+    assert set(checks) == {"same_program", "final_loss_rel", "predictions_equal", "accuracy_points"}
+    assert checks["final_loss_rel"].measured == pytest.approx(0.005)
+    assert checks["predictions_equal"].measured == pytest.approx(0.9)
+    assert checks["accuracy_points"].measured == pytest.approx(0.4)
+    assert all(c.status == "ok" for c in checks.values())
+    assert [c.lanes for c in checks.values()] == [["a", "b"]] * 4
+    assert {c.name for c in checks.values()} >= {"pair/seed-2/final_loss_rel"}
+    units = {name: (c.relation, c.unit) for name, c in checks.items()}
+    assert units == {
+        "same_program": (">=", "equal"),
+        "final_loss_rel": ("<=", "relative"),
+        "predictions_equal": (">=", "share"),
+        "accuracy_points": ("<=", "points"),
+    }
+
+
+def test_a_pair_outside_any_bound_fails_that_measure_only(tmp_path):
+    checks = run_pair(
+        tmp_path,
+        lane_record("a", final=0.2, percent=91.0),
+        lane_record("b", final=0.21, percent=90.0, fingerprint="e" * 64),
+        predictions=(np.arange(10), np.zeros(10, int)),
+    )
+    status = {name: c.status for name, c in checks.items()}
+    assert status == {
+        "same_program": "failed",
+        "final_loss_rel": "failed",
+        "predictions_equal": "failed",
+        "accuracy_points": "failed",
+    }
+    assert checks["predictions_equal"].measured == pytest.approx(0.1)
+    assert checks["accuracy_points"].measured == pytest.approx(1.0)
+
+
+def test_a_pair_checks_only_the_bounds_its_config_sets(tmp_path):
+    checks = run_pair(
+        tmp_path,
+        lane_record("a"),
+        lane_record("b"),
+        bounds={"final_loss_rel": 0.01, "accuracy_points_max": None},
+    )
+    assert set(checks) == {"same_program", "final_loss_rel"}
+
+
+def test_a_pair_with_a_lane_that_did_not_run_is_skipped_naming_it(tmp_path):
+    checks = run_pair(tmp_path, lane_record("a"), lane_record("b", "skipped", reason="JAX sees no GPU"))
+    assert set(checks) == {"final_loss_rel", "predictions_equal", "accuracy_points"}
+    for check in checks.values():
+        assert check.status == "skipped" and check.passed is None
+        assert check.reason == "lane b was skipped: JAX sees no GPU"
+    assert checks["final_loss_rel"].bound == 0.01
+
+
+def test_a_pair_with_a_lane_that_runs_no_program_skips_only_the_program_check(tmp_path):
+    checks = run_pair(tmp_path, lane_record("a"), lane_record("b", fingerprint=None))
+    assert checks["same_program"].status == "skipped"
+    assert checks["same_program"].reason == "lane b runs no captured program"
+    assert checks["final_loss_rel"].status == "ok"
+
+
+def test_the_training_losses_come_from_the_curve_in_step_order(tmp_path):
+    files = write_lane(tmp_path / "l", lane_record("l"), losses=[3.0, 2.0, 1.0])
+    shuffled = pd.read_parquet(files.curve).iloc[::-1]
+    shuffled.to_parquet(files.curve, index=False)
+    np.testing.assert_array_equal(train_losses(files.curve), [3.0, 2.0, 1.0])
+
+
+def test_a_lane_that_did_not_run_has_every_reference_check_skipped(tmp_path):
+    record = lane_record("l", "failed", reason="the loss became nan at step 3")
+    files = write_lane(tmp_path / "l", record)
+    exp = experiment()
+    checks = reference_checks(exp, files, {}, None, 5, 300.0)
+    names = [c.name.rsplit("/", 1)[1] for c in checks]
+    assert names == ["step0_loss", "step0_grad", "trained_loss", "trained_grad", "early_loss"]
+    assert {c.status for c in checks} == {"skipped"}
+    assert {c.reason for c in checks} == {"lane probe was failed: the loss became nan at step 3"}
+    without_early = reference_checks(exp, files, {}, None, 5, None)
+    assert [c.name.rsplit("/", 1)[1] for c in without_early] == names[:4]
+
+
+# ---- the float64-reference checks on a real captured program (tiny: 8 hidden units, 64 images) --
+
+TINY = DatasetDescription("tiny", 10, (28, 28), 64, 16, {})
+
+
+def experiment(**overrides):
+    settings = small_lane(hidden=8, train_images=64, test_images=16, batch_size=32, steps=4, **overrides)
+    lane = settings.pop("lane", "probe")
+    return resolve(lane, settings, 2, TINY)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """A captured program, its data and weights, and the reference's own first losses."""
+    rng = np.random.default_rng(5)
+    data = Dataset(
+        train_images=rng.random((64, 784), dtype=np.float32),
+        train_labels=rng.integers(0, 10, 64).astype(np.int32),
+        test_images=rng.random((16, 784), dtype=np.float32),
+        test_labels=rng.integers(0, 10, 16).astype(np.int32),
+        test_pixels=np.zeros((16, 28, 28), np.uint8),
+    )
+    exp = experiment(engine="interpreter")
+    initial = init_params(exp.model, exp.seed)
+    program = agreement.shared_program(exp)
+    losses = agreement.reference_trajectory(exp, program, initial, data, 4)
+    return SimpleNamespace(exp=exp, data=data, initial=initial, program=program, losses=losses)
+
+
+class ScaledGradient:
+    """An engine whose gradient is the true one times `factor`: a lane that computes it wrongly."""
+
+    def __init__(self, engine, factor):
+        self.engine, self.factor = engine, factor
+
+    def loss_and_grad(self, params, images, labels):
+        loss, grads = self.engine.loss_and_grad(params, images, labels)
+        return loss, {name: value * np.float32(self.factor) for name, value in grads.items()}
+
+
+def lane_files(tmp_path, tiny, *, fingerprint=None, losses=None):
+    trained = {name: value * np.float32(0.9) for name, value in tiny.initial.items()}
+    record = lane_record("probe", fingerprint=fingerprint or tiny.program.artifact.fingerprint)
+    return write_lane(tmp_path / "probe", record, np.zeros(16, int), trained, losses or tiny.losses)
+
+
+def by_kind(checks):
+    return {c.name.rsplit("/", 1)[1]: c for c in checks}
+
+
+def test_a_lane_that_runs_the_program_agrees_with_its_float64_reference(tmp_path, tiny):
+    checks = by_kind(
+        reference_checks(tiny.exp, lane_files(tmp_path, tiny), tiny.initial, tiny.data, 4, 300.0)
+    )
+    assert list(checks) == [
+        "program",
+        "step0_loss",
+        "step0_grad",
+        "trained_loss",
+        "trained_grad",
+        "early_loss",
+    ]
+    assert all(c.status == "ok" for c in checks.values()), [c.as_dict() for c in checks.values()]
+    assert checks["program"].measured == 1.0
+    for kind in ("step0_loss", "step0_grad", "trained_loss", "trained_grad"):
+        check = checks[kind]
+        chain = check.details["reduction_chain"]
+        assert check.bound == pytest.approx(probabilistic_bound(chain)) and chain > 1
+        assert check.name == f"probe/seed-2/{kind}" and check.lanes == ["probe"]
+    assert checks["early_loss"].measured == 0.0  # the curve holds the reference's own losses
+    assert checks["early_loss"].details["steps"] == 4 and checks["early_loss"].bound == 300.0
+
+
+def test_a_gradient_one_percent_off_fails_the_gradient_checks_only(tmp_path, tiny, monkeypatch):
+    engine = agreement.shared_engine(tiny.exp, tiny.program)
+    monkeypatch.setattr(agreement, "shared_engine", lambda exp, program: ScaledGradient(engine, 1.01))
+    checks = by_kind(reference_checks(tiny.exp, lane_files(tmp_path, tiny), tiny.initial, tiny.data, 4, None))
+    assert checks["step0_grad"].status == checks["trained_grad"].status == "failed"
+    assert checks["step0_loss"].status == checks["trained_loss"].status == "ok"
+    # The error scale is the mean per-example |gradient| plus a floor, never below |gradient|
+    # (triangle inequality), so 1 % of the gradient measures at most 0.01 / u = 167,772 units,
+    # and here, with examples that disagree, a few times less: still hundreds of bounds.
+    for kind in ("step0_grad", "trained_grad"):
+        assert 100 * checks[kind].bound < checks[kind].measured <= 0.01 / FLOAT32_U * (1 + 1e-6)
+
+
+def test_a_curve_that_leaves_the_reference_fails_at_its_worst_step(tmp_path, tiny):
+    losses = list(tiny.losses)
+    losses[2] *= 1 + 1e-4  # 1e-4 relative is ~1,700 float32 units of the loss
+    files = lane_files(tmp_path, tiny, losses=losses)
+    early = by_kind(reference_checks(tiny.exp, files, tiny.initial, tiny.data, 4, 300.0))["early_loss"]
+    assert early.status == "failed" and early.details["worst_step"] == 3
+    assert early.measured == pytest.approx(1e-4 / FLOAT32_U, rel=1e-3)
+    assert early.details["per_step"][:2] == [0.0, 0.0]
+
+
+def test_only_as_many_early_steps_as_the_lane_ran_are_compared(tmp_path, tiny):
+    files = lane_files(tmp_path, tiny)
+    early = by_kind(reference_checks(tiny.exp, files, tiny.initial, tiny.data, 50, 300.0))["early_loss"]
+    assert early.details["steps"] == 4 and len(early.details["per_step"]) == 4
+
+
+def test_a_lane_that_ran_another_program_fails_its_program_check(tmp_path, tiny):
+    files = lane_files(tmp_path, tiny, fingerprint="0" * 64)
+    program = by_kind(reference_checks(tiny.exp, files, tiny.initial, tiny.data, 4, None))["program"]
+    assert program.status == "failed"
+    assert program.details["fingerprints"] == ["0" * 64, tiny.program.artifact.fingerprint]
+
+
+def test_the_reference_trajectory_trains_the_float64_program_on_the_lane_s_batches(tiny):
+    assert len(tiny.losses) == 4 and tiny.losses[0] != tiny.losses[1]
+    engine = agreement.shared_engine(tiny.exp, tiny.program)
+    loss, _ = engine.loss_and_grad(tiny.initial, *agreement.lane_batch(tiny.exp, tiny.data))
+    assert loss == pytest.approx(tiny.losses[0], rel=1e-5)
+    images, labels = agreement.lane_batch(tiny.exp, tiny.data)
+    expected = tiny.data.train_batch(first_batch(tiny.exp.seed, 64, 32))
+    np.testing.assert_array_equal(images, expected[0])
+    np.testing.assert_array_equal(labels, expected[1])
