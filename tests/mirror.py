@@ -11,6 +11,7 @@ The first path segment picks the behaviour, the rest names the file:
   /corrupt/<file>    gzip's magic bytes, then bytes that are not a deflate stream
   /flipped/<file>    a valid gzip whose content has one byte flipped (checksum mismatch)
   /hang/<file>       accepts the connection and never answers
+  /stall/<file>      sends the headers and half the body, then nothing until the test ends
   /flaky/<file>      500 on the first request for a file, then the real archive
 """
 
@@ -27,6 +28,7 @@ class MirrorServer:
         self.root = root
         self.release = threading.Event()
         self.requests: list[str] = []
+        self.user_agents: list[str | None] = []
         self._flaky_seen: set[str] = set()
         self._flipped: dict[str, bytes] = {}
         server = self
@@ -37,9 +39,19 @@ class MirrorServer:
 
             def do_GET(self):  # noqa: N802 - http.server's naming
                 server.requests.append(self.path)
+                server.user_agents.append(self.headers.get("User-Agent"))
                 mode, _, name = self.path.lstrip("/").partition("/")
                 path = server.root / name
                 if mode == "hang":
+                    server.release.wait(60)
+                    return
+                if mode == "stall" and path.is_file():
+                    body = path.read_bytes()
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body[: len(body) // 2])
+                    self.wfile.flush()
                     server.release.wait(60)
                     return
                 if mode == "missing" or not path.is_file():
@@ -50,7 +62,7 @@ class MirrorServer:
                     self.send_error(500, "Internal Server Error")
                     return
                 if mode == "html":
-                    body = b"<!DOCTYPE html><html><body>Rate limited, try later</body></html>"
+                    body = b"<!DOCTYPE html>\n<html><body>Rate limited, try later</body></html>\n"
                 elif mode == "truncated":
                     body = path.read_bytes()
                     body = body[: len(body) // 2]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gzip
 import hashlib
 import http.client
 import logging
@@ -13,14 +14,19 @@ import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gradlanes.data.fetch import (
+    USER_AGENT,
     DownloadError,
     FailureKind,
     FetchPolicy,
     FileSpec,
+    MirrorFailure,
     _describe_os_error,
+    _verify_gzip_content,
+    failure_message,
     fetch_dataset,
     mirror_url,
 )
@@ -105,7 +111,11 @@ def test_good_mirror_verifies_content(mirror_server, dataset_config, tmp_path):
         data = Path(item.path).read_bytes()
         assert hashlib.sha256(data).hexdigest() == item.archive_sha256
         assert item.archive_bytes == len(data)
+        assert item.content_bytes == len(gzip.decompress(data))
         assert item.mirror == mirror_server.mirror("good")
+        assert item.url == mirror_server.mirror("good") + spec.name and item.attempts == []
+        assert (item.role, item.name, item.path) == (spec.role, spec.name, str(tmp_path / spec.name))
+        assert item.as_dict()["content_sha256"] == spec.sha256
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(s.name for s in specs(dataset_config))
 
 
@@ -113,7 +123,8 @@ def test_good_mirror_verifies_content(mirror_server, dataset_config, tmp_path):
     ("mode", "expected"),
     [
         ("missing", "HTTP 404"),
-        ("html", "body is not gzip (it starts with '<!DOCTYPE html>"),
+        # the first 40 bytes, newlines shown as spaces
+        ("html", "body is not gzip (it starts with '<!DOCTYPE html> <html><body>Rate limited')"),
         ("truncated", "truncated gzip"),
         ("flipped", "content SHA-256 mismatch"),
         ("hang", "no answer within the 1 s timeout"),
@@ -385,3 +396,150 @@ def test_an_incomplete_read_counts_the_bytes_read_before_it():
     failure = _describe_os_error(http.client.IncompleteRead(b"12345", 7), 30, received=1 << 20)
     assert failure.kind is FailureKind.TRANSIENT
     assert failure.reason == f"connection closed after {(1 << 20) + 5} bytes of the body"
+
+
+def test_every_request_names_gradlanes_as_its_user_agent(mirror_server, dataset_config, tmp_path):
+    before = len(mirror_server.user_agents)
+    fetch_dataset(
+        "mnist", specs(dataset_config, ("test_labels",)), [mirror_server.mirror("good")], tmp_path, FAST
+    )
+    assert mirror_server.user_agents[before:] == [USER_AGENT]
+
+
+def test_a_body_that_stops_mid_way_times_out_naming_the_timeout(mirror_server, dataset_config, tmp_path):
+    policy = FetchPolicy(timeout_s=0.5, retries=1, backoff_s=0.0)
+    with pytest.raises(DownloadError) as caught:
+        fetch_dataset(
+            "mnist",
+            specs(dataset_config, ("test_labels",)),
+            [mirror_server.mirror("stall")],
+            tmp_path,
+            policy,
+        )
+    assert "attempt 1: no answer within the 0.5 s timeout" in str(caught.value)
+    assert_nothing_partial(tmp_path)
+
+
+def test_an_incomplete_read_after_whole_chunks_counts_every_byte_before_it(
+    mirror_server, dataset_config, tmp_path
+):
+    """The 9.9 MB training images: the reads of the first 4.9 MB chunk succeed 1 MiB at a time."""
+    spec = specs(dataset_config, ("train_images",))[0]
+    half = (mirror_server.root / spec.name).stat().st_size // 2
+    policy = FetchPolicy(timeout_s=5, retries=1, backoff_s=0.0)
+    with pytest.raises(DownloadError) as caught:
+        fetch_dataset("mnist", [spec], [mirror_server.mirror("cut")], tmp_path, policy)
+    assert f"attempt 1: connection closed after {half} bytes of the body" in str(caught.value)
+
+
+def test_the_default_count_before_an_incomplete_read_is_zero():
+    assert _describe_os_error(http.client.IncompleteRead(b"abc"), 30).reason == (
+        "connection closed after 3 bytes of the body"
+    )
+
+
+def test_a_connection_failure_says_what_failed():
+    failure = _describe_os_error(ConnectionResetError(errno.ECONNRESET, "Connection reset by peer"), 30)
+    assert failure.reason == "connection failed: [Errno 104] Connection reset by peer"
+    assert str(MirrorFailure("the reason", FailureKind.PERMANENT)) == "the reason"
+
+
+@pytest.mark.parametrize(
+    ("body", "kind", "reason"),
+    [
+        (b"<html>\n<body>\n", FailureKind.PERMANENT, "body is not gzip (it starts with '<html> <body>')"),
+        (b"\x1f\x8b\x08\x00" + bytes(range(256)), FailureKind.PERMANENT, "corrupt gzip: "),
+        (gzip.compress(b"other content"), FailureKind.PERMANENT, "content SHA-256 mismatch: got "),
+        (gzip.compress(b"other content")[:-6], FailureKind.TRANSIENT, "truncated gzip: "),
+    ],
+)
+def test_what_a_wrong_body_is(tmp_path, body, kind, reason):
+    path = tmp_path / "body.gz"
+    path.write_bytes(body)
+    with pytest.raises(MirrorFailure) as caught:
+        _verify_gzip_content(path, "0" * 64)
+    assert caught.value.kind is kind and caught.value.reason.startswith(reason), caught.value.reason
+
+
+def test_content_is_hashed_and_counted_over_many_chunks(tmp_path):
+    content = np.random.default_rng(0).integers(0, 256, 3 * (1 << 20) + 17, dtype=np.uint8).tobytes()
+    path = tmp_path / "big.gz"
+    path.write_bytes(gzip.compress(content, compresslevel=1))
+    digest = hashlib.sha256(content).hexdigest()
+    assert _verify_gzip_content(path, digest) == (digest, len(content))
+
+
+def test_the_failure_message_in_full():
+    specs_ = [FileSpec("train_labels", "b.gz", "1" * 64), FileSpec("test_labels", "a.gz", "2" * 64)]
+    failed = {
+        "b.gz": [("/data/mnist", ["attempt 1: no such file: /data/mnist/b.gz"])],
+        "a.gz": [
+            ("/data/mnist", ["attempt 1: no such file: /data/mnist/a.gz"]),
+            ("http://m.example/mnist/", ["attempt 1: HTTP 404 Not Found", "attempt 2: HTTP 404 Not Found"]),
+        ],
+    }
+    mirrors = ["/data/mnist", "http://m.example/mnist/", "https://s.example/mnist/"]
+    assert failure_message("mnist", failed, specs_, mirrors) == "\n".join(
+        [
+            "Could not download dataset 'mnist': no mirror served a verified copy of a.gz, b.gz.",
+            "",
+            "b.gz:",
+            "  mirror 1 /data/mnist",
+            "      attempt 1: no such file: /data/mnist/b.gz",
+            "a.gz:",
+            "  mirror 1 /data/mnist",
+            "      attempt 1: no such file: /data/mnist/a.gz",
+            "  mirror 2 http://m.example/mnist/",
+            "      attempt 1: HTTP 404 Not Found",
+            "      attempt 2: HTTP 404 Not Found",
+            "",
+            "To fetch the files by hand (from any mirror you can reach) and check them:",
+            "  mkdir -p ~/datasets/mnist && cd ~/datasets/mnist",
+            "  curl -fLO http://m.example/mnist/b.gz",
+            "  curl -fLO http://m.example/mnist/a.gz",
+            f"  gunzip -c b.gz | sha256sum   # must print {'1' * 64}",
+            f"  gunzip -c a.gz | sha256sum   # must print {'2' * 64}",
+            "",
+            "Then point the config key dataset.mirrors at that folder, for example:",
+            "  make run MIRROR=~/datasets/mnist",
+            """  snakemake --cores all --config 'dataset={"mirrors": ["~/datasets/mnist"]}'""",
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("mirrors", "public"),
+    [
+        (["/local", "https://s.example/m/"], "https://s.example/m/"),
+        (["/local"], "https://storage.googleapis.com/cvdf-datasets/mnist/"),
+    ],
+)
+def test_the_hand_fetch_uses_the_first_public_mirror_or_the_canonical_one(mirrors, public):
+    spec = FileSpec("test_labels", "a.gz", "2" * 64)
+    message = failure_message("mnist", {"a.gz": [(mirrors[0], ["x"])]}, [spec], mirrors)
+    assert f"  curl -fLO {public}a.gz\n" in message
+
+
+def test_an_https_mirror_is_opened_as_a_url_with_our_user_agent(monkeypatch):
+    import io
+
+    import gradlanes.data.fetch as fetch
+
+    seen = []
+
+    class Response(io.BytesIO):
+        headers = {"Content-Length": "3"}
+
+    def urlopen(request, timeout):
+        seen.append((request.full_url, request.get_header("User-agent"), timeout))
+        return Response(b"abc")
+
+    monkeypatch.setattr(fetch.urllib.request, "urlopen", urlopen)
+    for url in ("https://s.example/m/a.gz", "http://h.example/a.gz", "file:///x/a.gz"):
+        stream, length = fetch._open_source(url, 7.5)
+        assert (stream.read(), length) == (b"abc", 3)
+    assert seen == [
+        ("https://s.example/m/a.gz", USER_AGENT, 7.5),
+        ("http://h.example/a.gz", USER_AGENT, 7.5),
+        ("file:///x/a.gz", USER_AGENT, 7.5),
+    ]

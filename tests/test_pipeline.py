@@ -30,17 +30,11 @@ CONFIG = yaml.safe_load(SUBSET.read_text())
 # What the tests read: the published experiment (results/mnist/) and the work area behind it.
 PUBLISHED, WORK = published("mnist"), work("mnist")
 HAS_GPU = any(d.platform == "gpu" for d in jax.devices())
-# Sane floors for the slice (1,024 training images, tens of steps), far above chance (10 %), per
-# experiment (model, loss), so that a new lane of an existing experiment needs no new floor.
-# The cnn floor: seed 0 measured 66.9 % on both cnn lanes (16 Adam steps); held-out seeds 10-14
-# measured 50.5-64.4 %, each seed's value equal on both lanes under 3 kernel cells
-# (results/checks/calibration-subset.json), so the floor allows the kernels nothing and seed 0 ~3 points.
-SLICE_FLOORS = {
-    ("mlp", "mse"): 70.0,
-    ("softmax", "xent"): 65.0,
-    ("mlp", "xent"): 55.0,
-    ("cnn", "xent"): 64.0,
-}
+# Accuracy floors per experiment (model/loss), so that a new lane of an existing experiment needs
+# no new floor: tests/numerics/floors.py derives each from seed 0 under every numerics-matrix cell
+# less the accuracy gap the agreement checks allow, and records the seed spread beside it
+# (results/checks/slice-floors.md); tests/test_slice_floors.py holds the file to that derivation.
+SLICE_FLOORS = REPO / "results" / "checks" / "slice-floors.json"
 
 
 @pytest.fixture(scope="module")
@@ -90,9 +84,12 @@ def test_compile_counts(subset_run):
 
 def test_accuracy_above_slice_floors(subset_run):
     workdir, _ = subset_run
+    floors = {
+        name: entry["floor"] for name, entry in json.loads(SLICE_FLOORS.read_text())["experiments"].items()
+    }
     for lane, record in records(workdir).items():
         if record["status"] == "ok":
-            floor = SLICE_FLOORS[record["config"]["model"], record["config"]["loss"]]
+            floor = floors[f"{record['config']['model']}/{record['config']['loss']}"]
             assert record["accuracy"]["percent"] >= floor, lane
 
 

@@ -1,4 +1,4 @@
-"""Parsing idx files and preparing the array file: real MNIST, and real malformed files."""
+"""Parsing idx files and preparing the array file: real MNIST, real malformed files, and tiny made ones."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import hashlib
 import json
 import shutil
 import struct
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -83,7 +84,6 @@ def test_prepare_real_mnist(shared_mnist, dataset_config, tmp_path):
     assert arrays["train_images"].dtype == np.uint8
     assert np.bincount(arrays["test_labels"]).tolist()[:3] == [980, 1135, 1032]
     assert manifest["counts"] == {"train": 60000, "test": 10000}
-    assert manifest["parse_s"] < 1.0
     for role in ROLES:
         entry = manifest["files"][role]
         assert entry["content_sha256"] == dataset_config["files"][role]["sha256"]
@@ -129,3 +129,162 @@ def test_content_not_matching_pin_is_refused(shared_mnist, dataset_config, tmp_p
     rewrite(folder, name, lambda c: c[:-1] + bytes([(c[-1] + 1) % 10]))
     with pytest.raises(IdxFormatError, match=f"^{name}: content SHA-256 is .* rerun the download"):
         run_prepare(folder, dataset_config)
+
+
+# ---- a tiny idx dataset made here: every manifest field against the value it must have ----------
+
+TINY_NAMES = {role: f"{role}.gz" for role in ROLES}
+
+
+def tiny_dataset(
+    folder: Path, *, train_shape=(6, 3, 2), test_shape=(4, 3, 2), label_dims=None, provenance=ROLES
+):
+    """Write four gzip idx files (images 0..255 cycling, labels 0..2) and a provenance file."""
+    folder.mkdir(parents=True)
+    arrays, files = {}, {}
+    for split, shape in (("train", train_shape), ("test", test_shape)):
+        images = (np.arange(np.prod(shape)) % 256).astype(np.uint8).reshape(shape)
+        labels = (np.arange(shape[0]) % 3).astype(np.uint8)
+        arrays[f"{split}_images"], arrays[f"{split}_labels"] = images, labels
+    for role, array in arrays.items():
+        magic = IMAGES_MAGIC if role.endswith("images") else LABELS_MAGIC
+        dims = label_dims if (label_dims and role == "test_labels") else array.shape
+        magic = (magic & ~0xFF) | len(dims)  # the magic's last byte counts the dimensions
+        content = idx_bytes(magic, dims, array.tobytes())
+        (folder / TINY_NAMES[role]).write_bytes(gzip.compress(content, mtime=0))
+        files[role] = {"name": TINY_NAMES[role], "sha256": hashlib.sha256(content).hexdigest()}
+    origin = [{"role": r, "mirror": f"mirror-{r}", "url": f"https://m/{TINY_NAMES[r]}"} for r in provenance]
+    (folder / "download.json").write_text(json.dumps({"files": origin}))
+    return arrays, files
+
+
+class TickingClock:
+    """A clock that advances by `step` on every reading, starting at 100."""
+
+    def __init__(self, step: float):
+        self.now, self.step = 100.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def prepare_tiny(folder: Path, files: dict, classes: int = 3, clock=None) -> dict:
+    return prepare_dataset(
+        "tiny",
+        files,
+        classes,
+        folder,
+        folder / "download.json",
+        folder / "tiny.npz",
+        folder / "manifest.json",
+        **({"clock": clock} if clock else {}),
+    )
+
+
+def test_the_manifest_states_every_file_and_the_arrays_exactly(tmp_path):
+    folder = tmp_path / "tiny"
+    arrays, files = tiny_dataset(folder)
+    manifest = prepare_tiny(folder, files)
+    assert manifest == json.loads((folder / "manifest.json").read_text())
+    assert (manifest["dataset"], manifest["classes"], manifest["image_shape"]) == ("tiny", 3, [3, 2])
+    assert manifest["counts"] == {"train": 6, "test": 4}
+    with np.load(folder / "tiny.npz") as stored:
+        assert sorted(stored.files) == sorted(ROLES)
+        for role in ROLES:
+            np.testing.assert_array_equal(stored[role], arrays[role])
+            assert stored[role].dtype == np.uint8
+    assert manifest["arrays"] == {
+        "path": "tiny.npz",
+        "sha256": hashlib.sha256((folder / "tiny.npz").read_bytes()).hexdigest(),
+    }
+    for role in ROLES:
+        archive = (folder / TINY_NAMES[role]).read_bytes()
+        content = gzip.decompress(archive)
+        assert manifest["files"][role] == {
+            "name": TINY_NAMES[role],
+            "content_sha256": files[role]["sha256"],
+            "content_bytes": len(content),
+            "archive_sha256": hashlib.sha256(archive).hexdigest(),
+            "archive_bytes": len(archive),
+            "mirror": f"mirror-{role}",
+            "url": f"https://m/{TINY_NAMES[role]}",
+            "shape": list(arrays[role].shape),
+        }
+    assert datetime.fromisoformat(manifest["created_utc"]).utcoffset().total_seconds() == 0
+    assert manifest["created_utc"].endswith("+00:00")
+
+
+def test_the_parse_and_preparation_times_are_the_clock_s(tmp_path):
+    folder = tmp_path / "tiny"
+    _, files = tiny_dataset(folder)
+    manifest = prepare_tiny(folder, files, clock=TickingClock(0.1234567))
+    # one tick per parse of each of the 4 files; 9 readings from the start to the manifest
+    assert manifest["parse_s"] == round(4 * 0.1234567, 4) == 0.4938
+    assert manifest["prepare_s"] == round(9 * 0.1234567, 3) == 1.111
+
+
+def test_a_file_the_download_did_not_record_has_no_origin(tmp_path):
+    folder = tmp_path / "tiny"
+    _, files = tiny_dataset(folder, provenance=("train_images",))
+    manifest = prepare_tiny(folder, files)
+    assert manifest["files"]["train_images"]["mirror"] == "mirror-train_images"
+    assert (
+        manifest["files"]["test_labels"]["mirror"] is None and manifest["files"]["test_labels"]["url"] is None
+    )
+
+
+def assert_nothing_written(folder: Path):
+    assert not (folder / "tiny.npz").exists() and not (folder / "manifest.json").exists()
+    assert not list(folder.glob(".*.part"))
+
+
+def test_labels_with_more_than_one_dimension_are_refused_by_their_magic(tmp_path):
+    """An idx magic's last byte is the number of dimensions: 2-D labels carry 0x0802, not 0x0801."""
+    folder = tmp_path / "tiny"
+    _, files = tiny_dataset(folder, label_dims=(2, 2))
+    with pytest.raises(IdxFormatError, match="^test_labels.gz: magic number is 2050 .* expected 2049"):
+        prepare_tiny(folder, files)
+    assert_nothing_written(folder)
+
+
+def test_test_images_of_another_size_are_refused(tmp_path):
+    folder = tmp_path / "tiny"
+    _, files = tiny_dataset(folder, test_shape=(4, 2, 3))
+    with pytest.raises(
+        IdxFormatError,
+        match=r"^test_images.gz: image size \(2, 3\) differs from the training images' \(3, 2\)",
+    ):
+        prepare_tiny(folder, files)
+    assert_nothing_written(folder)
+
+
+def test_a_label_outside_the_classes_is_refused(tmp_path):
+    folder = tmp_path / "tiny"
+    _, files = tiny_dataset(folder)
+    with pytest.raises(IdxFormatError, match="label 2 at item 2 is outside 0..1"):
+        prepare_tiny(folder, files, classes=2)
+    assert_nothing_written(folder)
+
+
+@pytest.mark.parametrize("damage", ["not gzip", "cut"])
+def test_an_archive_that_is_not_whole_gzip_is_named(tmp_path, damage):
+    folder = tmp_path / "tiny"
+    _, files = tiny_dataset(folder)
+    path = folder / TINY_NAMES["train_labels"]
+    archive = path.read_bytes()
+    path.write_bytes(b"<html>" if damage == "not gzip" else archive[: len(archive) // 2])
+    with pytest.raises(IdxFormatError, match="^train_labels.gz: not a complete gzip file"):
+        prepare_tiny(folder, files)
+    assert_nothing_written(folder)
+
+
+def test_an_images_magic_where_labels_belong_is_refused(tmp_path):
+    folder = tmp_path / "tiny"
+    _, files = tiny_dataset(folder)
+    labels = np.zeros(4, np.uint8)
+    content = idx_bytes(IMAGES_MAGIC, (4,), labels.tobytes())
+    (folder / TINY_NAMES["test_labels"]).write_bytes(gzip.compress(content))
+    files["test_labels"]["sha256"] = hashlib.sha256(content).hexdigest()
+    with pytest.raises(IdxFormatError, match="^test_labels.gz: magic number is 2051"):
+        prepare_tiny(folder, files)

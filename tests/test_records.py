@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from datetime import datetime, timedelta
 from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 from conftest import small_lane
 
@@ -20,6 +22,7 @@ from gradlanes.data.description import DatasetDescription
 from gradlanes.experiment.spec import resolve
 from gradlanes.run.records import (
     CURVE_COLUMNS,
+    RECORD_SCHEMA,
     SCHEMA_VERSION,
     Numerics,
     ProgramRef,
@@ -41,7 +44,7 @@ PREDICTIONS = np.array([0, 1, 2, 3, 4, 5, 6, 0, 0])  # 7 of 9 right
 
 
 def experiment(**overrides):
-    settings = small_lane(train_images=512, test_images=9, batch_size=64, steps=3, **overrides)
+    settings = small_lane(train_images=512, test_images=9, batch_size=64, steps=4, **overrides)
     return resolve("probe", settings, 2, DATASET)
 
 
@@ -58,13 +61,15 @@ def program(fused: bool = False):
 
 def result(predictions=PREDICTIONS, evaluated=7):
     return SimpleNamespace(
-        step_seconds=[0.002, 0.004, 0.001 / 3],
+        # ms: 2, 4, 1/3 and 2.1234567: the median (2.06172835) and percentiles need the 6 places
+        step_seconds=[0.002, 0.004, 0.001 / 3, 0.0021234567],
         predictions=predictions,
-        evals=[
+        evals=[  # the count the record must check is the last evaluation's, not the second one's
             {"step": 0, "epoch": 0.0, "test_loss": 2.3, "test_accuracy": 0.1, "test_correct": 1},
-            {"step": 3, "epoch": 0.375, "test_loss": 1.5, "test_accuracy": 7 / 9, "test_correct": evaluated},
+            {"step": 2, "epoch": 0.25, "test_loss": 1.9, "test_accuracy": 4 / 9, "test_correct": 4},
+            {"step": 4, "epoch": 0.5, "test_loss": 1.5, "test_accuracy": 7 / 9, "test_correct": evaluated},
         ],
-        losses=[2.5, 2.0, 1.25],
+        losses=[2.5, 2.0, 1.25, 1.125],
         train_compiles=1,
         total_compiles=3,
         compile_s=0.123456789,
@@ -101,6 +106,8 @@ def test_a_started_record_states_the_experiment_the_data_and_the_program():
     assert record.ir == {key: program().ir[key] for key in ("forward", "gradient", "step")}
     assert record.primitives == ["add", "dot_general"]
     assert record.reason is None and record.accuracy.correct is None and record.timing.train_s is None
+    created = datetime.fromisoformat(record.created_utc)
+    assert created.utcoffset() == timedelta(0) and record.created_utc.endswith("+00:00")
 
 
 def test_the_fused_program_size_is_recorded_only_where_there_is_one():
@@ -148,12 +155,12 @@ def test_a_completed_record_states_each_measurement_at_its_rounding():
     timing = record.timing
     assert (timing.compile_s, timing.train_s, timing.eval_s) == (0.123457, 0.006333, 0.333333)
     assert timing.wall_s == 12.346 and timing.threads == 2
-    # step times 2, 4 and 1/3 ms: median 2, p10 and p90 interpolate linearly between neighbours
-    assert timing.step_ms_median == 2.0
-    assert timing.step_ms_p10 == round(1 / 3 + 0.2 * (2 - 1 / 3), 6) == 0.666667
-    assert timing.step_ms_p90 == round(2 + 0.8 * 2, 6) == 3.6
-    assert timing.images_per_s == round(3 * 64 / 0.0063333333, 1)
-    assert (record.loss.first, record.loss.final) == (2.5, 1.25)
+    # numpy's linear interpolation between order statistics 1/3, 2, 2.1234567, 4
+    assert timing.step_ms_median == 2.061728
+    assert timing.step_ms_p10 == round(1 / 3 + 0.3 * (2 - 1 / 3), 6) == 0.833333
+    assert timing.step_ms_p90 == round(2.1234567 + 0.7 * (4 - 2.1234567), 6) == 3.437037
+    assert timing.images_per_s == round(4 * 64 / 0.0063333333, 1)
+    assert (record.loss.first, record.loss.final) == (2.5, 1.125)
 
 
 def test_a_completed_record_counts_accuracy_over_the_test_images_from_the_predictions():
@@ -208,7 +215,10 @@ def with_accuracy(**accuracy):
 )
 def test_inconsistent_accuracy_is_named(change, problem):
     record = with_accuracy(**change)
-    assert any(problem in line for line in consistency_errors(record)), consistency_errors(record)
+    problems = consistency_errors(record)
+    assert len(problems) == 1 and problem in problems[0], problems
+    if problem.startswith("a record"):
+        assert problems == [problem]
     with pytest.raises(RecordInvalid, match="is inconsistent"):
         validate_record(record)
 
@@ -231,6 +241,42 @@ def test_more_training_compiles_than_compiles_in_all_is_named():
     assert consistency_errors({**payload, "compiles": {"train": 4, "total": None}}) == []
 
 
+def test_a_record_that_breaks_the_schema_names_the_first_five_problems_in_order():
+    payload = completed().as_dict()
+    broken = {k: v for k, v in payload.items() if k not in ("timing", "loss", "dataset", "numerics")}
+    broken.update(status="great", lane="Probe")
+    with pytest.raises(RecordInvalid) as caught:
+        validate_record(broken)
+    message = str(caught.value)
+    prefix = f"record for lane 'Probe' does not match {RECORD_SCHEMA}: "
+    assert message.startswith(prefix)
+    problems = message.removeprefix(prefix).split("; ")
+    assert len(problems) == 5, problems  # six problems, the first five in a fixed order
+    assert problems == sorted(problems, key=lambda p: p.split(": ", 1)[1])
+    assert problems[0] == "lane: 'Probe' does not match '^[a-z][a-z0-9_]*$'"
+    assert "(top): 'dataset' is a required property" in problems
+
+
+def test_an_inconsistent_record_names_its_lane_and_every_problem():
+    payload = with_accuracy(correct=10)
+    payload["compiles"] = {"train": 4, "total": 3}
+    with pytest.raises(RecordInvalid) as caught:
+        validate_record(payload)
+    assert str(caught.value) == (
+        "record for lane 'probe' is inconsistent: accuracy.correct 10 exceeds accuracy.total 9; "
+        "compiles.train 4 exceeds compiles.total 3"
+    )
+
+
+def test_outputs_are_validated_against_the_schema_they_are_given(tmp_path):
+    strict = tmp_path / "strict.schema.json"
+    strict.write_text(json.dumps({"type": "object", "required": ["no_such_field"]}))
+    paths = [tmp_path / name for name in ("record.json", "curve.parquet", "digits.txt")]
+    with pytest.raises(RecordInvalid, match=f"does not match {strict}"):
+        write_outputs(completed(), curve_frame(result()), "", *paths, schema_path=strict)
+    assert not any(p.exists() for p in paths)
+
+
 def test_the_schema_bounds_what_it_can():
     payload = completed().as_dict()
     for accuracy, field_name in (({"percent": 100.5}, "percent"), ({"correct": -1}, "correct")):
@@ -245,11 +291,11 @@ def test_curve_rows_follow_the_steps_then_the_evaluations():
     assert list(frame.columns) == list(CURVE_COLUMNS)
     assert {column: str(dtype) for column, dtype in frame.dtypes.items()} == CURVE_COLUMNS
     train, test = frame[frame["kind"] == "train"], frame[frame["kind"] == "test"]
-    assert train["step"].tolist() == [1, 2, 3] and train["loss"].tolist() == [2.5, 2.0, 1.25]
-    np.testing.assert_allclose(train["step_ms"], [2.0, 4.0, 1 / 3])
-    assert test["step"].tolist() == [0, 3] and test["test_correct"].tolist() == [1, 7]
-    assert test["epoch"].tolist() == [0.0, 0.375] and test["loss"].tolist() == [2.3, 1.5]
-    assert test["test_accuracy"].tolist() == [0.1, 7 / 9]
+    assert train["step"].tolist() == [1, 2, 3, 4] and train["loss"].tolist() == [2.5, 2.0, 1.25, 1.125]
+    np.testing.assert_allclose(train["step_ms"], [2.0, 4.0, 1 / 3, 2.1234567])
+    assert test["step"].tolist() == [0, 2, 4] and test["test_correct"].tolist() == [1, 4, 7]
+    assert test["epoch"].tolist() == [0.0, 0.25, 0.5] and test["loss"].tolist() == [2.3, 1.9, 1.5]
+    assert test["test_accuracy"].tolist() == [0.1, 4 / 9, 7 / 9]
     assert train["test_correct"].isna().all() and test["step_ms"].isna().all()
     assert curve_frame().empty and list(curve_frame().columns) == list(CURVE_COLUMNS)
 
@@ -265,7 +311,9 @@ def test_outputs_are_written_together_and_an_invalid_record_writes_nothing(tmp_p
     paths = [tmp_path / name for name in ("record.json", "curve.parquet", "digits.txt")]
     write_outputs(completed(), curve_frame(result()), "7 predicted 7", *paths)
     assert json.loads(paths[0].read_text())["accuracy"]["correct"] == 7
-    assert pd.read_parquet(paths[1])["kind"].tolist() == ["train"] * 3 + ["test"] * 2
+    assert pd.read_parquet(paths[1])["kind"].tolist() == ["train"] * 4 + ["test"] * 3
+    # the file holds exactly the curve's columns (no index column beside them)
+    assert pq.read_schema(paths[1]).names == list(CURVE_COLUMNS)
     assert paths[2].read_text() == "7 predicted 7\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in paths)
 

@@ -69,6 +69,22 @@ def agreement_report(workdir: Path, experiment: str = "mnist") -> dict | None:
     return None
 
 
+def lane_accuracies(workdir: Path, experiment: str = "mnist", seed: int = 0) -> dict[str, float | None]:
+    """Each CI-subset lane's test accuracy (percent) on `seed` in this cell: the CI floors' data.
+
+    None for a lane that did not run here (skipped, failed, or the DAG stopped before it).
+    """
+    import yaml
+
+    lanes = yaml.safe_load(SUBSET.read_text())["lanes"]
+    found = {}
+    for lane in lanes:
+        path = workdir / work(experiment).record(lane, seed)
+        record = json.loads(path.read_text()) if path.is_file() else {}
+        found[lane] = record.get("accuracy", {}).get("percent") if record.get("status") == "ok" else None
+    return found
+
+
 def worst_by_kind(report: dict) -> dict[str, dict]:
     """Per check kind (step0_grad, final_loss_rel, ...): the check that used most of its bound."""
     worst: dict[str, dict] = {}
@@ -151,6 +167,7 @@ def run_cell(cell: Cell, workdir: Path, data: Path) -> dict:
         "dag_rc": dag,
         "passed": tests == 0 and dag == 0 and bool(report and report["passed"]),
         "worst": worst_by_kind(report) if report else {},
+        "accuracy": lane_accuracies(folder),
         "seconds": round(time.time() - started, 1),
         "log": str(log),
     }

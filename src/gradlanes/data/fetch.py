@@ -215,6 +215,19 @@ def _describe_os_error(exc: BaseException, timeout_s: float, received: int = 0) 
     return MirrorFailure(f"connection failed: {reason}", FailureKind.TRANSIENT)
 
 
+def _progress_bar(expected: int | None, label: str) -> tqdm:
+    """A byte counter on a terminal, nothing elsewhere. Display only: excluded from mutation testing,
+    since no result depends on it and tests run without a terminal."""
+    return tqdm(  # pragma: no mutate
+        total=expected,  # pragma: no mutate
+        unit="B",  # pragma: no mutate
+        unit_scale=True,  # pragma: no mutate
+        desc=label,  # pragma: no mutate
+        disable=not sys.stderr.isatty(),  # pragma: no mutate
+        leave=False,  # pragma: no mutate
+    )
+
+
 def _stream_to(url: str, tmp: Path, timeout_s: float, label: str) -> tuple[str, int]:
     """Copy `url` into `tmp`; return (sha256 of the archive, bytes received)."""
     digest = hashlib.sha256()
@@ -223,18 +236,13 @@ def _stream_to(url: str, tmp: Path, timeout_s: float, label: str) -> tuple[str, 
         source, expected = _open_source(url, timeout_s)
     except (OSError, http.client.HTTPException, ValueError) as exc:
         raise _describe_os_error(exc, timeout_s) from exc
-    show_bar = sys.stderr.isatty()
-    with (
-        source,
-        open(tmp, "wb") as sink,
-        tqdm(total=expected, unit="B", unit_scale=True, desc=label, disable=not show_bar, leave=False) as bar,
-    ):
+    with source, open(tmp, "wb") as sink, _progress_bar(expected, label) as bar:
         try:
             while chunk := source.read(CHUNK_BYTES):
                 sink.write(chunk)
                 digest.update(chunk)
                 received += len(chunk)
-                bar.update(len(chunk))
+                bar.update(len(chunk))  # pragma: no mutate - display only
         except (OSError, http.client.HTTPException) as exc:
             raise _describe_os_error(exc, timeout_s, received) from exc
     if expected is not None and received != expected:

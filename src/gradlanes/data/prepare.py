@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -48,9 +48,13 @@ def prepare_dataset(
     provenance_path: str | os.PathLike,
     arrays_path: str | os.PathLike,
     manifest_path: str | os.PathLike,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict:
-    """Parse the four idx archives in `source_dir`; write the array file and manifest atomically."""
-    started = time.perf_counter()
+    """Parse the four idx archives in `source_dir`; write the array file and manifest atomically.
+
+    `clock` times the parse and the whole preparation (a test passes one that ticks by a known step).
+    """
+    started = clock()
     source_dir = Path(source_dir)
     provenance = {item["role"]: item for item in json.loads(Path(provenance_path).read_text())["files"]}
     arrays: dict[str, np.ndarray] = {}
@@ -61,11 +65,9 @@ def prepare_dataset(
         path = source_dir / spec["name"]
         content, content_sha256 = _read_content(path, spec["sha256"])
         magic = IMAGES_MAGIC if role.endswith("images") else LABELS_MAGIC
-        parse_started = time.perf_counter()
+        parse_started = clock()
         array = parse_idx(content, spec["name"], magic)
-        parse_s += time.perf_counter() - parse_started
-        if role.endswith("labels") and array.ndim != 1:
-            raise IdxFormatError(f"{spec['name']}: labels must be one-dimensional, got {array.shape}")
+        parse_s += clock() - parse_started
         arrays[role] = array
         origin = provenance.get(role, {})
         entries[role] = {
@@ -102,7 +104,7 @@ def prepare_dataset(
         "files": entries,
         "arrays": {"path": Path(arrays_path).name, "sha256": sha256_file(arrays_path)},
         "parse_s": round(parse_s, 4),
-        "prepare_s": round(time.perf_counter() - started, 3),
+        "prepare_s": round(clock() - started, 3),
         "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     write_json(manifest_path, manifest)
