@@ -367,3 +367,258 @@ def test_the_reference_trajectory_trains_the_float64_program_on_the_lane_s_batch
     expected = tiny.data.train_batch(first_batch(tiny.exp.seed, 64, 32))
     np.testing.assert_array_equal(images, expected[0])
     np.testing.assert_array_equal(labels, expected[1])
+
+
+def test_a_check_in_the_report_carries_every_field():
+    check = Check(
+        "p/seed-1/final_loss_rel", "p", 1, ["a", "b"], 0.002, 0.008, unit="relative", details={"k": 1}
+    )
+    assert check.as_dict() == {
+        "name": "p/seed-1/final_loss_rel",
+        "check": "p",
+        "seed": 1,
+        "lanes": ["a", "b"],
+        "measured": 0.002,
+        "bound": 0.008,
+        "relation": "<=",
+        "unit": "relative",
+        "status": "ok",
+        "reason": None,
+        "details": {"k": 1},
+        "passed": True,
+        "fraction_of_bound": 0.25,
+        "margin": 0.006,
+    }
+    shortfall = Check("p/seed-1/predictions_equal", "p", 1, ["a", "b"], 0.995, 0.99, ">=", "share").as_dict()
+    assert (shortfall["passed"], shortfall["margin"]) == (True, pytest.approx(0.005))
+    assert shortfall["fraction_of_bound"] == pytest.approx(0.5)
+    failing = Check("x", "p", 1, ["a"], 2.0, 1.0).as_dict()
+    assert (failing["status"], failing["passed"], failing["margin"]) == ("failed", False, -1.0)
+
+
+def test_a_skipped_check_states_what_it_would_have_checked():
+    gone = skipped("g/seed-3/step0_grad", "g", 3, ["g"], 12.0, "lane g was skipped: no GPU")
+    assert (gone.name, gone.check, gone.seed, gone.lanes) == ("g/seed-3/step0_grad", "g", 3, ["g"])
+    assert (gone.measured, gone.bound, gone.status, gone.reason) == (
+        None,
+        12.0,
+        "skipped",
+        "lane g was skipped: no GPU",
+    )
+
+
+def test_the_report_in_full():
+    checks = [
+        Check("l/seed-0/step0_grad", "l", 0, ["l"], 1.0, 4.0),
+        skipped("g/seed-0/step0_grad", "g", 0, ["g"], 3.0, "no GPU"),
+        Check("l/seed-0/program", "l", 0, ["l"], 1.0, 1.0, ">=", "equal"),
+        Check("p/seed-0/accuracy_points", "p", 0, ["l", "m"], 0.1, 0.3, unit="points"),
+        Check("m/seed-1/trained_loss", "m", 1, ["m"], 9.0, 3.0),
+    ]
+    report = summarize(checks)
+    assert report == {
+        "passed": False,
+        "unit": "float64-reference checks: float32 units, u = 2^-24 times the quantity's error scale",
+        "counts": {"ok": 3, "failed": 1, "skipped": 1},
+        "worst_fraction_of_bound": 3.0,
+        "float64_reference": {
+            "l": {"seed-0": {"step0_grad": {"measured": 1.0, "bound": 4.0, "status": "ok"}}},
+            "g": {"seed-0": {"step0_grad": {"measured": None, "bound": 3.0, "status": "skipped"}}},
+            "m": {"seed-1": {"trained_loss": {"measured": 9.0, "bound": 3.0, "status": "failed"}}},
+        },
+        "checks": [c.as_dict() for c in checks],
+    }
+    assert summarize([])["worst_fraction_of_bound"] is None and summarize([])["passed"] is True
+    assert summarize(checks[:2])["passed"] is True
+
+
+def test_a_pair_check_names_its_pair_seed_lanes_and_bound(tmp_path):
+    checks = run_pair(tmp_path, lane_record("a"), lane_record("b"))
+    for kind, check in checks.items():
+        assert (check.name, check.check, check.seed, check.lanes) == (
+            f"pair/seed-2/{kind}",
+            "pair",
+            2,
+            ["a", "b"],
+        )
+    assert {kind: c.bound for kind, c in checks.items()} == {
+        "same_program": 1.0,
+        "final_loss_rel": 0.01,
+        "predictions_equal": 0.9,
+        "accuracy_points": 0.5,
+    }
+    assert checks["same_program"].details == {"fingerprints": ["f" * 64, "f" * 64]}
+
+
+def test_a_pair_whose_reference_did_not_run_is_skipped_naming_the_reference(tmp_path):
+    checks = run_pair(
+        tmp_path, lane_record("a", "failed", reason="diverged"), lane_record("b", "skipped", reason="x")
+    )
+    for kind, check in checks.items():
+        assert check.reason == "lane a was failed: diverged"
+        assert (check.name, check.check, check.seed, check.lanes) == (
+            f"pair/seed-2/{kind}",
+            "pair",
+            2,
+            ["a", "b"],
+        )
+
+
+def test_a_pair_whose_reference_runs_no_program_names_the_reference(tmp_path):
+    same = run_pair(tmp_path, lane_record("a", fingerprint=None), lane_record("b"))["same_program"]
+    assert (same.status, same.reason, same.bound) == ("skipped", "lane a runs no captured program", 1.0)
+    assert (same.name, same.check, same.seed, same.lanes) == (
+        "pair/seed-2/same_program",
+        "pair",
+        2,
+        ["a", "b"],
+    )
+
+
+@pytest.fixture
+def fresh_caches(monkeypatch):
+    """Engines, references, points and trajectories computed anew (the captured program is kept)."""
+    for cache in ("_engines", "_references", "_reference_points", "_trajectories"):
+        monkeypatch.setattr(agreement, cache, {})
+
+
+def test_reference_checks_name_the_lane_and_seed_they_check(tmp_path, tiny, fresh_caches):
+    checks = reference_checks(tiny.exp, lane_files(tmp_path, tiny), tiny.initial, tiny.data, 4, 300.0)
+    for check in checks:
+        kind = check.name.rsplit("/", 1)[1]
+        assert (check.name, check.check, check.seed, check.lanes) == (
+            f"probe/seed-2/{kind}",
+            "probe",
+            2,
+            ["probe"],
+        )
+    details = {c.name.rsplit("/", 1)[1]: set(c.details) for c in checks}
+    assert details["step0_loss"] == {"reduction_chain", "scale"}
+    assert details["trained_grad"] == {
+        "reduction_chain",
+        "kinks_undecidable",
+        "kinks_granted",
+        "error_without_granting",
+    }
+    grad = by_kind(checks)["trained_grad"]
+    assert grad.details["error_without_granting"] == grad.measured  # nothing granted here
+    assert by_kind(checks)["step0_loss"].details["scale"] > 0
+
+
+def test_skipped_reference_checks_name_the_lane_and_seed(tmp_path):
+    files = write_lane(tmp_path / "l", lane_record("l", "skipped", reason="JAX sees no GPU"))
+    for check in reference_checks(experiment(), files, {}, None, 5, None):
+        kind = check.name.rsplit("/", 1)[1]
+        assert (check.name, check.check, check.seed, check.lanes) == (
+            f"probe/seed-2/{kind}",
+            "probe",
+            2,
+            ["probe"],
+        )
+        assert check.bound is None
+
+
+def test_the_reference_trajectory_is_float64_on_the_lane_s_first_batch(tiny, fresh_caches):
+    """Its first loss is the float64 gradient program's loss on the seed's first batch, to 1e-12."""
+    reference = agreement.shared_reference(tiny.exp, tiny.program)
+    batch = agreement.lane_batch(tiny.exp, tiny.data)
+    point = agreement.reference_point(tiny.exp, tiny.program, reference, tiny.initial, batch, None)
+    assert abs(tiny.losses[0] - point.loss) <= 1e-12 * abs(point.loss)
+    loss, *leaves = reference(*tiny.program.flatten_params(tiny.initial), *batch)
+    assert loss.dtype == np.float64 and {leaf.dtype for leaf in leaves} == {np.dtype(np.float64)}
+
+
+def test_each_program_engine_and_trajectory_is_its_own(tiny, fresh_caches):
+    mse = experiment(engine="interpreter", loss="mse")
+    assert agreement.shared_program(mse) is agreement.shared_program(mse)
+    assert agreement.shared_program(mse).artifact.fingerprint != tiny.program.artifact.fingerprint
+    xla = experiment(engine="xla", lane="other")
+    host, compiled = (
+        agreement.shared_engine(tiny.exp, tiny.program),
+        agreement.shared_engine(xla, tiny.program),
+    )
+    assert host is agreement.shared_engine(tiny.exp, tiny.program) and compiled is not host
+    assert type(host).__name__ != type(compiled).__name__
+    other_seed = resolve(
+        "probe",
+        small_lane(engine="interpreter", hidden=8, train_images=64, test_images=16, batch_size=32, steps=4),
+        3,
+        TINY,
+    )
+    again = agreement.reference_trajectory(other_seed, tiny.program, tiny.initial, tiny.data, 4)
+    assert again != tiny.losses  # seed 3 draws other batches
+    assert agreement.reference_trajectory(tiny.exp, tiny.program, tiny.initial, tiny.data, 4) == tiny.losses
+
+
+def test_a_reference_point_is_computed_once_per_key(tiny, fresh_caches, monkeypatch):
+    calls = []
+    real = agreement.per_example_scale
+    monkeypatch.setattr(agreement, "per_example_scale", lambda *a, **k: calls.append(1) or real(*a, **k))
+    reference = agreement.shared_reference(tiny.exp, tiny.program)
+    batch = agreement.lane_batch(tiny.exp, tiny.data)
+    first = agreement.reference_point(tiny.exp, tiny.program, reference, tiny.initial, batch, ("k",))
+    assert agreement.reference_point(tiny.exp, tiny.program, reference, tiny.initial, batch, ("k",)) is first
+    assert len(calls) == 1
+    agreement.reference_point(tiny.exp, tiny.program, reference, tiny.initial, batch, None)
+    agreement.reference_point(tiny.exp, tiny.program, reference, tiny.initial, batch, None)
+    assert len(calls) == 3 and None not in agreement._reference_points
+    assert first.kinks is not None and first.kinks[0].shape == (32, 8)  # the MLP's ReLU decisions
+
+
+def test_lanes_of_one_program_and_seed_share_the_reference_at_the_initial_weights(
+    tmp_path, tiny, fresh_caches, monkeypatch
+):
+    calls = []
+    real = agreement.per_example_scale
+    monkeypatch.setattr(agreement, "per_example_scale", lambda *a, **k: calls.append(1) or real(*a, **k))
+    for lane in ("a", "b"):
+        reference_checks(tiny.exp, lane_files(tmp_path / lane, tiny), tiny.initial, tiny.data, 4, None)
+    assert len(calls) == 3  # the initial point once, each lane's trained point once
+
+
+def test_a_tf32_lane_is_held_to_bounds_wider_by_its_product_roundoff(tmp_path, tiny, fresh_caches):
+    tf32 = experiment(engine="interpreter", matmul_precision="tf32")
+    program = agreement.shared_program(tf32)
+    losses = agreement.reference_trajectory(tf32, program, tiny.initial, tiny.data, 4)
+    record = lane_record("probe", fingerprint=program.artifact.fingerprint)
+    files = write_lane(tmp_path / "tf32", record, np.zeros(16, int), tiny.initial, losses)
+    for check in reference_checks(tf32, files, tiny.initial, tiny.data, 4, None)[1:]:
+        chain = check.details["reduction_chain"]
+        assert check.bound == pytest.approx(probabilistic_bound(chain) * 2.0**13), check.name
+
+
+def test_an_unsupported_primitive_names_the_reference_program_it_is_in(tiny, fresh_caches, monkeypatch):
+    from gradlanes.program import interpreter
+
+    monkeypatch.setattr(interpreter, "find_unsupported", lambda jaxpr: {"made_up"})
+    with pytest.raises(
+        interpreter.UnsupportedPrimitive, match=r"captured gradient program \(float64 reference\);"
+    ):
+        agreement.shared_reference(tiny.exp, tiny.program)
+    with pytest.raises(
+        interpreter.UnsupportedPrimitive, match=r"captured step program \(float64 reference\);"
+    ):
+        agreement.reference_trajectory(tiny.exp, tiny.program, tiny.initial, tiny.data, 4)
+    init = tiny.program.init_state.jaxpr
+    monkeypatch.setattr(
+        interpreter, "find_unsupported", lambda jaxpr: {"made_up"} if jaxpr is init else set()
+    )
+    with pytest.raises(
+        interpreter.UnsupportedPrimitive, match=r"captured optimizer-init program \(float64 reference\);"
+    ):
+        agreement.reference_trajectory(tiny.exp, tiny.program, tiny.initial, tiny.data, 4)
+
+
+def test_a_relu_decision_float32_cannot_make_is_granted_and_counted(tmp_path, tiny, fresh_caches):
+    """Trained weights with unit 0's preactivation exactly 0 in float64 for the batch's first example:
+    float32 may take either side there, and the check accepts the engine's side."""
+    images, _ = agreement.lane_batch(tiny.exp, tiny.data)
+    trained = {name: value * np.float32(0.9) for name, value in tiny.initial.items()}
+    x, w1 = images[0].astype(np.float64), trained["w1"].astype(np.float64)
+    trained["b1"] = trained["b1"].copy()
+    trained["b1"][0] = np.float32(-(x @ w1[:, 0]))
+    record = lane_record("probe", fingerprint=tiny.program.artifact.fingerprint)
+    files = write_lane(tmp_path / "kink", record, np.zeros(16, int), trained, tiny.losses)
+    grad = by_kind(reference_checks(tiny.exp, files, tiny.initial, tiny.data, 4, None))["trained_grad"]
+    assert grad.details["kinks_undecidable"] >= 1 and grad.status == "ok"
+    assert grad.details["kinks_granted"] <= grad.details["kinks_undecidable"]

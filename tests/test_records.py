@@ -61,8 +61,8 @@ def program(fused: bool = False):
 
 def result(predictions=PREDICTIONS, evaluated=7):
     return SimpleNamespace(
-        # ms: 2, 4, 1/3 and 2.1234567: the median (2.06172835) and percentiles need the 6 places
-        step_seconds=[0.002, 0.004, 0.001 / 3, 0.0021234567],
+        # ms: 2, 4.3210987, 1/3, 2.1234567: the median (2.06172835) and percentiles need the 6 places
+        step_seconds=[0.002, 0.0043210987, 0.001 / 3, 0.0021234567],
         predictions=predictions,
         evals=[  # the count the record must check is the last evaluation's, not the second one's
             {"step": 0, "epoch": 0.0, "test_loss": 2.3, "test_accuracy": 0.1, "test_correct": 1},
@@ -155,10 +155,10 @@ def test_a_completed_record_states_each_measurement_at_its_rounding():
     timing = record.timing
     assert (timing.compile_s, timing.train_s, timing.eval_s) == (0.123457, 0.006333, 0.333333)
     assert timing.wall_s == 12.346 and timing.threads == 2
-    # numpy's linear interpolation between order statistics 1/3, 2, 2.1234567, 4
+    # numpy's linear interpolation between order statistics 1/3, 2, 2.1234567, 4.3210987
     assert timing.step_ms_median == 2.061728
     assert timing.step_ms_p10 == round(1 / 3 + 0.3 * (2 - 1 / 3), 6) == 0.833333
-    assert timing.step_ms_p90 == round(2.1234567 + 0.7 * (4 - 2.1234567), 6) == 3.437037
+    assert timing.step_ms_p90 == round(2.1234567 + 0.7 * (4.3210987 - 2.1234567), 6) == 3.661806
     assert timing.images_per_s == round(4 * 64 / 0.0063333333, 1)
     assert (record.loss.first, record.loss.final) == (2.5, 1.125)
 
@@ -292,7 +292,7 @@ def test_curve_rows_follow_the_steps_then_the_evaluations():
     assert {column: str(dtype) for column, dtype in frame.dtypes.items()} == CURVE_COLUMNS
     train, test = frame[frame["kind"] == "train"], frame[frame["kind"] == "test"]
     assert train["step"].tolist() == [1, 2, 3, 4] and train["loss"].tolist() == [2.5, 2.0, 1.25, 1.125]
-    np.testing.assert_allclose(train["step_ms"], [2.0, 4.0, 1 / 3, 2.1234567])
+    np.testing.assert_allclose(train["step_ms"], [2.0, 4.3210987, 1 / 3, 2.1234567])
     assert test["step"].tolist() == [0, 2, 4] and test["test_correct"].tolist() == [1, 4, 7]
     assert test["epoch"].tolist() == [0.0, 0.25, 0.5] and test["loss"].tolist() == [2.3, 1.9, 1.5]
     assert test["test_accuracy"].tolist() == [0.1, 4 / 9, 7 / 9]
