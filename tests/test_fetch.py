@@ -449,9 +449,10 @@ def test_a_connection_failure_says_what_failed():
     [
         (b"<html>\n<body>\n", FailureKind.PERMANENT, "body is not gzip (it starts with '<html> <body>')"),
         (b"\x1f\x8b\x08\x00" + bytes(range(256)), FailureKind.PERMANENT, "corrupt gzip: "),
-        (gzip.compress(b"other content"), FailureKind.PERMANENT, "content SHA-256 mismatch: got "),
-        (gzip.compress(b"other content")[:-6], FailureKind.TRANSIENT, "truncated gzip: "),
+        (gzip.compress(b"other content", mtime=0), FailureKind.PERMANENT, "content SHA-256 mismatch: got "),
+        (gzip.compress(b"other content", mtime=0)[:-6], FailureKind.TRANSIENT, "truncated gzip: "),
     ],
+    ids=["html", "corrupt", "mismatch", "truncated"],  # ids, not bytes: stable from run to run
 )
 def test_what_a_wrong_body_is(tmp_path, body, kind, reason):
     path = tmp_path / "body.gz"
