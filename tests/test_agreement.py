@@ -106,6 +106,7 @@ def test_bounds_of_zero_and_a_shortfall_of_zero_allow_only_exact():
 
 def test_same_program_is_one_when_every_fingerprint_is_equal():
     one = same_program("p/seed-0/same_program", "p", 0, ["a", "b"], "f" * 64, "f" * 64)
+    assert (one.name, one.check, one.seed, one.lanes) == ("p/seed-0/same_program", "p", 0, ["a", "b"])
     assert (one.measured, one.bound, one.relation, one.unit, one.status) == (1.0, 1.0, ">=", "equal", "ok")
     assert one.details == {"fingerprints": ["f" * 64, "f" * 64]}
     two = same_program("p/seed-0/same_program", "p", 0, ["a", "b"], "f" * 64, "e" * 64)

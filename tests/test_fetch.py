@@ -28,6 +28,7 @@ from gradlanes.data.fetch import (
     _verify_gzip_content,
     failure_message,
     fetch_dataset,
+    fetch_file,
     mirror_url,
 )
 
@@ -217,9 +218,18 @@ def test_silent_mirror_is_contacted_once_per_download(mirror_server, dataset_con
         f"{silent.mirror}: attempt 1: no answer within the 0.5 s timeout; "
         "marked dead: skipped for the remaining files of this download"
     ]
+    first_name = specs(dataset_config, ALL_ROLES)[0].name
+    note = f"{SKIPPED_TIMEOUT} ({first_name}: no answer within the 0.5 s timeout)"
     for attempts in later:
-        assert len(attempts) == 1 and attempts[0].startswith(f"{silent.mirror}: {SKIPPED_TIMEOUT}")
-    assert sum(SKIPPED_TIMEOUT in record.getMessage() for record in caplog.records) == 3
+        assert attempts == [f"{silent.mirror}: {note}"]
+    messages = [record.getMessage() for record in caplog.records]
+    later_names = [spec.name for spec in specs(dataset_config, ALL_ROLES)[1:]]
+    assert [m for m in messages if SKIPPED_TIMEOUT in m] == [
+        f"{name}: {silent.mirror} {note}" for name in later_names
+    ]
+    assert f"{silent.mirror} timed out; skipping it for the remaining files of this download" in messages
+    for item in fetched:
+        assert f"{item.name} verified from {good} ({item.archive_bytes} bytes)" in messages
 
 
 def test_refused_mirror_is_skipped_for_later_files(mirror_server, dataset_config, tmp_path, caplog):
@@ -265,7 +275,7 @@ def test_silent_last_live_mirror_keeps_its_retries(mirror_server, dataset_config
     assert connections == SILENT.retries, "no mirror follows it, so the first file gives it every try"
     assert len(waits) == SILENT.retries - 1
     message = str(caught.value)
-    assert message.count("HTTP 404") == 2, "a mirror that answers 404 stays live for later files"
+    assert message.count("attempt 1: HTTP 404") == 2, "a mirror that answers 404 stays live for later files"
     assert SKIPPED_TIMEOUT in message
 
 
@@ -544,3 +554,21 @@ def test_an_https_mirror_is_opened_as_a_url_with_our_user_agent(monkeypatch):
         ("http://h.example/a.gz", USER_AGENT, 7.5),
         ("file:///x/a.gz", USER_AGENT, 7.5),
     ]
+
+
+def test_one_file_fetched_alone_into_a_folder_that_does_not_exist_yet(
+    mirror_server, dataset_config, tmp_path
+):
+    spec = specs(dataset_config, ("test_labels",))[0]
+    target = tmp_path / "a" / "b"
+    fetched = fetch_file(spec, [mirror_server.mirror("good")], target, FAST)
+    assert fetched.path == str(target / spec.name) and (target / spec.name).is_file()
+
+
+def test_one_try_means_one_request(mirror_server, dataset_config, tmp_path):
+    spec = specs(dataset_config, ("test_labels",))[0]
+    before = mirror_server.requests_for("short", spec.name)
+    with pytest.raises(DownloadError) as caught:
+        fetch_dataset("mnist", [spec], [mirror_server.mirror("short")], tmp_path, FetchPolicy(2, 1, 0.0))
+    assert mirror_server.requests_for("short", spec.name) - before == 1
+    assert "attempt 2" not in str(caught.value)

@@ -127,7 +127,9 @@ def test_content_not_matching_pin_is_refused(shared_mnist, dataset_config, tmp_p
     folder = stage(shared_mnist, tmp_path / "mnist", dataset_config)
     name = dataset_config["files"]["train_labels"]["name"]
     rewrite(folder, name, lambda c: c[:-1] + bytes([(c[-1] + 1) % 10]))
-    with pytest.raises(IdxFormatError, match=f"^{name}: content SHA-256 is .* rerun the download"):
+    with pytest.raises(
+        IdxFormatError, match=f"^{name}: content SHA-256 is .*; delete the file and rerun the download$"
+    ):
         run_prepare(folder, dataset_config)
 
 
@@ -288,3 +290,16 @@ def test_an_images_magic_where_labels_belong_is_refused(tmp_path):
     files["test_labels"]["sha256"] = hashlib.sha256(content).hexdigest()
     with pytest.raises(IdxFormatError, match="^test_labels.gz: magic number is 2051"):
         prepare_tiny(folder, files)
+
+
+def test_labels_that_do_not_count_the_images_name_both_files(tmp_path):
+    folder = tmp_path / "tiny"
+    _, files = tiny_dataset(folder)
+    content = idx_bytes(LABELS_MAGIC, (5,), bytes(5))  # 6 training images
+    (folder / TINY_NAMES["train_labels"]).write_bytes(gzip.compress(content))
+    files["train_labels"]["sha256"] = hashlib.sha256(content).hexdigest()
+    with pytest.raises(
+        IdxFormatError, match="^train_labels.gz: item count is 5, but train_images.gz holds 6 images"
+    ):
+        prepare_tiny(folder, files)
+    assert_nothing_written(folder)
