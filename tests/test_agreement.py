@@ -520,11 +520,14 @@ def test_skipped_reference_checks_name_the_lane_and_seed(tmp_path):
 
 
 def test_the_reference_trajectory_is_float64_on_the_lane_s_first_batch(tiny, fresh_caches):
-    """Its first loss is the float64 gradient program's loss on the seed's first batch, to 1e-12."""
+    """Its first loss is the float64 gradient program's loss on the seed's first batch, to 1e-12
+    (a float32 step would be ~1e-7 off). Computed here, not taken from the module's fixture, so
+    that mutation testing, which runs the tests that call a function, runs this one."""
+    losses = agreement.reference_trajectory(tiny.exp, tiny.program, tiny.initial, tiny.data, 4)
     reference = agreement.shared_reference(tiny.exp, tiny.program)
     batch = agreement.lane_batch(tiny.exp, tiny.data)
     point = agreement.reference_point(tiny.exp, tiny.program, reference, tiny.initial, batch, None)
-    assert abs(tiny.losses[0] - point.loss) <= 1e-12 * abs(point.loss)
+    assert abs(losses[0] - point.loss) <= 1e-12 * abs(point.loss)
     loss, *leaves = reference(*tiny.program.flatten_params(tiny.initial), *batch)
     assert loss.dtype == np.float64 and {leaf.dtype for leaf in leaves} == {np.dtype(np.float64)}
 
@@ -623,3 +626,9 @@ def test_a_relu_decision_float32_cannot_make_is_granted_and_counted(tmp_path, ti
     grad = by_kind(reference_checks(tiny.exp, files, tiny.initial, tiny.data, 4, None))["trained_grad"]
     assert grad.details["kinks_undecidable"] >= 1 and grad.status == "ok"
     assert grad.details["kinks_granted"] <= grad.details["kinks_undecidable"]
+
+
+def test_a_curve_with_fewer_steps_than_the_lane_ran_is_refused(tmp_path, tiny, fresh_caches):
+    files = lane_files(tmp_path, tiny, losses=tiny.losses[:2])  # the lane ran 4 steps
+    with pytest.raises(ValueError, match="zip"):
+        reference_checks(tiny.exp, files, tiny.initial, tiny.data, 4, 300.0)

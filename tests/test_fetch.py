@@ -100,6 +100,9 @@ def assert_nothing_partial(folder: Path):
 
 def test_mirror_url_forms(tmp_path):
     assert mirror_url("https://h/mnist", "a.gz") == "https://h/mnist/a.gz"
+    assert mirror_url("https://h/mnist//", "a b.gz") == "https://h/mnist/a%20b.gz"
+    assert mirror_url("https://h/MNIST-BOX", "a.gz") == "https://h/MNIST-BOX/a.gz"
+    assert mirror_url("https://h/MNIST-BOX/", "a.gz") == "https://h/MNIST-BOX/a.gz"
     assert mirror_url("https://h/mnist/", "a.gz") == "https://h/mnist/a.gz"
     assert mirror_url("file:///data/mnist/", "a.gz") == "file:///data/mnist/a.gz"
     assert mirror_url(str(tmp_path), "a.gz") == str(tmp_path / "a.gz")
@@ -138,6 +141,7 @@ def test_bad_mirror_fails_with_reason_and_leaves_nothing(
     with pytest.raises(DownloadError) as caught:
         fetch_dataset("mnist", specs(dataset_config), [mirror_server.mirror(mode)], target, FAST)
     message = str(caught.value)
+    assert message.startswith("Could not download dataset 'mnist': no mirror served a verified copy of ")
     assert expected in message
     assert mirror_server.mirror(mode) in message
     assert "curl -fLO" in message and "dataset.mirrors" in message
@@ -190,8 +194,11 @@ def test_local_folder_and_file_url_mirrors(shared_mnist, dataset_config, tmp_pat
 
 
 def test_no_mirrors_is_a_config_error(dataset_config, tmp_path):
-    with pytest.raises(DownloadError, match="dataset.mirrors"):
+    with pytest.raises(DownloadError) as caught:
         fetch_dataset("mnist", specs(dataset_config), [], tmp_path)
+    assert str(caught.value) == (
+        "dataset 'mnist' has no mirrors: add at least one URL or folder under dataset.mirrors in config.yaml"
+    )
 
 
 def test_stale_partial_file_is_never_trusted(mirror_server, dataset_config, tmp_path):
