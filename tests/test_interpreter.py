@@ -123,7 +123,11 @@ def test_every_rule_has_a_case():
 
 
 #: Error budget of one float32 result, in ulps of the exact (float64 reference) result. Exact
-#: operations get 0; IEEE's correctly rounded ones (+ - * / sqrt) 0.5; a result of two roundings 1;
+#: operations get 0; IEEE's correctly rounded ones (+ - * / sqrt) 0.5; a result of two roundings
+#: (x**3 = (x*x)*x, x**-2 = 1/(x*x), 1/sqrt(x)) 2: each rounding errs by at most u times its own
+#: result, relative errors add through * / and sqrt, so the result is off by < 2u|r|(1 + u), and
+#: u|r| < ulp(r); 4 million draws from [0.1, 3) measured up to 1.28, 1.49 and 1.48 ulps, above 1 in
+#: 1-2 % of them (the budget of 1 it had held only for the draws one test order made);
 #: transcendental functions 4, NumPy's validated maximum for its float32 ufuncs
 #: (numpy/_core/tests/data/umath-validation-set-*.csv: 2 to 4 ulps), which XLA's must meet too.
 #: Reductions add the probabilistic bound of their length (gradlanes.run.numerics).
@@ -153,7 +157,7 @@ def ulp_budget(name: str) -> float:
     if name in TRANSCENDENTAL:
         return 4.0
     if name in TWO_ROUNDINGS:
-        return 1.0
+        return 2.0
     return 0.5 if name in ROUNDED | REDUCTIONS else 0.0
 
 
