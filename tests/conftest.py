@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from mirror import MirrorServer
@@ -52,6 +53,18 @@ def prepared_mnist(shared_mnist, tmp_path_factory) -> dict:
         "mnist", files, 10, folder, folder / "download.json", folder / "mnist.npz", folder / "manifest.json"
     )
     return {"arrays": folder / "mnist.npz", "manifest": folder / "manifest.json"}
+
+
+@pytest.fixture(autouse=True)
+def _order_free_draws(request, monkeypatch):
+    """A module's shared generator (`rng`, seeded by its `RNG_SEED`) starts afresh for each test.
+
+    Without it a test's inputs were the draws the tests before it left, so a new order
+    (pytest-randomly) gave it new data; each test now sees the same draws whatever ran first.
+    """
+    seed = getattr(request.module, "RNG_SEED", None)
+    if seed is not None:
+        monkeypatch.setattr(request.module, "rng", np.random.default_rng(seed))
 
 
 def small_lane(**overrides) -> dict:

@@ -11,7 +11,8 @@ import pytest
 
 from gradlanes.engines import handkernel as hk
 
-rng = np.random.default_rng(7)
+RNG_SEED = 7  # reseeded for every test (conftest: _order_free_draws)
+rng = np.random.default_rng(RNG_SEED)
 B, D, C = 16, 784, 10
 
 

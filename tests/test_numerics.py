@@ -36,7 +36,8 @@ from gradlanes.run.numerics import (
 )
 
 pytestmark = pytest.mark.numerics
-rng = np.random.default_rng(20261201)
+RNG_SEED = 20261201  # reseeded for every test (conftest: _order_free_draws)
+rng = np.random.default_rng(RNG_SEED)
 
 
 def test_widened_interpreter_evaluates_float32_programs_in_float64():
