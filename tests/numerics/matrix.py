@@ -267,6 +267,11 @@ def main() -> int:
     parser.add_argument(
         "--mirror", default=str(SHARED_MNIST), help="MNIST folder or URL (default: ../shared)"
     )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="with --cells: rerun those cells and replace them in the existing report, keeping the rest",
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "src"))
     from gradlanes.atomic import write_json, write_text
@@ -295,6 +300,13 @@ def main() -> int:
     for cell, why in skipped.items():
         print(f"{cell.name:28s} skipped: {why}")
     note = f"{cpu_model()}, {len(__import__('os').sched_getaffinity(0))} cores"
+    if args.merge and Path(args.out).with_suffix(".json").is_file():
+        previous = json.loads(Path(args.out).with_suffix(".json").read_text())
+        rerun = {r["cell"]: r for r in results}
+        order = [c.name for c in all_cells()]
+        kept = [r for r in previous["cells"] if r["cell"] not in rerun]
+        results = sorted([*kept, *rerun.values()], key=lambda r: order.index(r["cell"]))
+        skipped = {c: why for c in all_cells() for name, why in previous["skipped"].items() if c.name == name}
     write_text(args.out, markdown(results, skipped, note))
     write_json(
         Path(args.out).with_suffix(".json"),
