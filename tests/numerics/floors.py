@@ -31,7 +31,9 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "src"))
+sys.path[:0] = [str(REPO / "src"), str(Path(__file__).parent)]  # also when imported by a test
+from matrix import lane_accuracies  # noqa: E402 - the matrix's reader of a run's lane records
+
 from gradlanes.layout import work  # noqa: E402
 
 SUBSET = REPO / ".test" / "config.yaml"
@@ -126,11 +128,10 @@ def sweep_seeds(workdir: Path, mirror: str) -> dict[str, dict[str, float]]:
         if subprocess.run(argv, cwd=workdir, stdout=handle, stderr=subprocess.STDOUT).returncode:
             raise SystemExit(f"the seed sweep failed; see {log}")
     found: dict[str, dict[str, float]] = {}
-    for lane in subset_lanes():
-        for seed in SWEEP_SEEDS:
-            record = json.loads((workdir / work("mnist").record(lane, seed)).read_text())
-            if record["status"] == "ok":
-                found.setdefault(lane, {})[str(seed)] = record["accuracy"]["percent"]
+    for seed in SWEEP_SEEDS:
+        for lane, percent in lane_accuracies(workdir, seed=seed).items():
+            if percent is not None:
+                found.setdefault(lane, {})[str(seed)] = percent
     return found
 
 
