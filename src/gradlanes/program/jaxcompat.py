@@ -77,6 +77,18 @@ def eval_jaxpr(program: ClosedJaxpr, *args):
     return jaxpr_as_fun(program)(*args)
 
 
+def rebind(eqn: JaxprEqn, *operands) -> list:
+    """Apply an equation's primitive, with its params, to `operands`; always a list of outputs.
+
+    Older JAX's `Primitive.get_bind_params` returns `(subfuns, params)`, the JAX pinned here the
+    params alone; call-like primitives need it to turn jaxpr params back into what bind takes.
+    """
+    bound = eqn.primitive.get_bind_params(eqn.params)
+    subfuns, params = bound if isinstance(bound, tuple) else ((), bound)
+    outs = eqn.primitive.bind(*subfuns, *operands, **params)
+    return list(outs) if eqn.primitive.multiple_results else [outs]
+
+
 def sub_jaxprs(eqn: JaxprEqn) -> list[Jaxpr]:
     """Every jaxpr nested in an equation's params (open form), for walking and counting."""
     found: list[Jaxpr] = []
