@@ -13,6 +13,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax import lax
@@ -58,6 +59,20 @@ def test_scan_without_scanned_inputs_and_with_constants(length, reverse):
 def test_scan_over_prng_keys_unwraps_each_row():
     keys = jax.random.split(jax.random.key(7), 4)
     check(lambda k: lax.scan(lambda c, k: (c + 1, jax.random.key_data(k)), 0, k), keys, expect="scan")
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("length", [0, 1, 3])
+def test_scan_that_emits_keys_stacks_them_as_keys(length, reverse):
+    """Each iteration draws from its key and emits the other half of its split: the stacked output
+    is a key array (its words compared), empty for a zero-length scan, one row for length 1."""
+
+    def body(total, key):
+        draw, kept = jax.random.split(key)
+        return total + jax.random.uniform(draw), kept
+
+    keys = jax.random.split(jax.random.key(11), max(length, 1))[:length]
+    check(lambda k: lax.scan(body, np.float32(0), k, reverse=reverse), keys, expect="scan")
 
 
 @settings(parent=RULE_SETTINGS, max_examples=20)

@@ -85,6 +85,7 @@ def check_dot(lhs, rhs, dimension_numbers, preferred, labels) -> None:
     if is_float(lhs.dtype) or is_float(rhs.dtype) or (preferred is not None and is_float(preferred)):
         reference = np.asarray(Interpreter(closed, widen=True)(lhs, rhs)[0])
         wide = [x.astype(np.float64) if is_float(x.dtype) else x for x in (lhs, rhs)]
+        wide = [x.astype(np.complex128) if x.dtype.kind == "c" else x for x in wide]
         want = np.asarray(jax.jit(make(_widened(preferred)))(*wide))
         if is_float(want.dtype):
             _assert_close(want, reference, *wide, labels, terms, [F64])
@@ -201,13 +202,43 @@ def test_integer_and_bool_contractions_wrap_and_widen_as_xla():
             check_dot(lhs, rhs, PLAIN, preferred, (["i", "k"], ["k", "j"], ["i", "j"]))
 
 
+def test_mixed_operand_types_contract_in_the_higher_type():
+    """Operands of two dtypes (JAX leaves preferred_element_type None) are converted to the higher
+    one first: its rank, not the operand's side, decides. Values that the wrong type would change:
+    fractions an integer truncates, integers over the narrower type's range, float32 ulps that
+    float16 and bfloat16 lose, imaginary parts a real type drops, bools that are not 0/1 bytes."""
+    fractions = np.array([[0.5, -1.25, 2.75]], np.float32)
+    fine = np.array([[1 + 2.0**-20, -(1 + 2.0**-19), 3 + 2.0**-18]], np.float32)
+    small = np.array([[1, -2, 3]], np.int8)
+    cases = [
+        (fractions, small.T, None),
+        (small, fractions.T, None),
+        (np.array([[300, -300, 1000]], np.int16), small.T, None),
+        (small, np.array([[300, -300, 1000]], np.int16).T, None),
+        (fine, fine.T.astype(np.float16), None),
+        (fine.astype(np.float16), fine.T, None),
+        (fine, fine.T.astype(ml_dtypes.bfloat16), None),
+        (fine.astype(ml_dtypes.bfloat16), fine.T, None),
+        (fine.astype(np.float16), fine.T.astype(ml_dtypes.bfloat16), None),
+        (np.array([[True, False, True]]), np.array([[200, 100, 56]], np.uint8).T, None),
+        (np.array([[True, False, True]]), np.array([[100, 50, 28]], np.int8).T, None),
+        (small.astype(np.float32), np.array([[1 + 2j, -1j, 3]], np.complex64).T, None),
+        (np.array([[1 + 2j, -1j, 3]], np.complex64), small.T.astype(np.float32), None),
+    ]
+    with x64():
+        for lhs, rhs, preferred in cases:
+            check_dot(lhs, rhs, PLAIN, preferred, (["i", "k"], ["k", "j"], ["i", "j"]))
+
+
 def test_float_to_integer_results_truncate_saturate_and_zero_nans():
     """float32 sums converted to integers as XLA converts: toward zero, saturating, NaN to 0."""
-    values = np.array([[np.nan, np.inf, -np.inf, 3e9, -3e9, -1.5, 2.7, 0.5]], np.float32).T
+    # 2**63 and 2**64 are the first floats past int64's and uint64's maximum: saturated, not wrapped
+    edges = [2.0**63, -(2.0**63), 2.0**64, 2.0**31, -(2.0**31)]
+    values = np.array([[np.nan, np.inf, -np.inf, 3e9, -3e9, -1.5, 2.7, 0.5, *edges]], np.float32).T
     one_hot = np.zeros((1, 2), np.float32)
     one_hot[0, 0] = 1
     with x64():
-        for preferred in (np.int32, np.uint32, np.int8, np.int64, np.uint8):
+        for preferred in (np.int32, np.uint32, np.int8, np.int64, np.uint64, np.uint8):
             fn = lambda a, b, p=preferred: lax.dot_general(a, b, PLAIN, preferred_element_type=p)  # noqa: E731
             program = jax.make_jaxpr(fn)(values, one_hot)
             assert_identical(

@@ -23,6 +23,7 @@ from jax import lax
 from oracle import ALL_DTYPES, CASES_RUN, FLOATS, INTEGERS, RULE_SETTINGS, arrays, primitives, shapes, x64
 
 from gradlanes.program.interpreter import Interpreter
+from gradlanes.program.rules import elementwise
 from gradlanes.run.numerics import FLOAT32_U, probabilistic_bound
 
 COVERED = {
@@ -375,8 +376,18 @@ def test_reductions_over_nothing_give_the_identity(dtype):
         ops |= {"reduce_sum": lax.reduce_sum, "reduce_prod": lax.reduce_prod}
     if dtype in BITWISE:
         ops |= {"reduce_and": lax.reduce_and, "reduce_or": lax.reduce_or, "reduce_xor": lax.reduce_xor}
+    cube = np.zeros((2, 0, 3), dtype)  # the empty axis between kept ones, and every axis at once
     with x64():
-        check_exact(lambda a: [op(a, (0,)) for op in ops.values()], x, expect=list(ops))
+        check_exact(
+            lambda a, b: (
+                [op(a, (0,)) for op in ops.values()]
+                + [op(b, (1,)) for op in ops.values()]
+                + [op(b, (0, 1, 2)) for op in ops.values()]
+            ),
+            x,
+            cube,
+            expect=list(ops),
+        )
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, BF16, np.float16], ids=str)
@@ -409,6 +420,19 @@ def test_signed_zeros_and_flushed_subnormals_in_reductions(dtype):
         )
         argument = lambda a: [lax.argmax(a, 1, np.int32), lax.argmin(a, 1, np.int32)]  # noqa: E731
         check_exact(argument, rows, expect=["argmax", "argmin"])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, BF16], ids=str)
+def test_argmax_flushes_subnormals_where_the_processor_cannot(monkeypatch, dtype):
+    """Where `xla_float_environment` cannot set FTZ/DAZ (not Linux on x86_64 or aarch64), the
+    comparison keys still read subnormals as zeros, bfloat16 ones included (as float32, which
+    holds them as subnormals; float64 would not)."""
+    monkeypatch.setattr(elementwise, "_ENVIRONMENT", None)
+    tiny = float(ml_dtypes.finfo(dtype).smallest_subnormal)
+    rows = np.array([[tiny, 0.0, 2 * tiny], [-tiny, 0.0, -2 * tiny], [0.0, -tiny, tiny]], dtype)
+    with x64():
+        pair = lambda a: [lax.argmax(a, 1, np.int32), lax.argmin(a, 1, np.int32)]  # noqa: E731
+        check_exact(pair, rows, expect=["argmax", "argmin"])
 
 
 def test_argmax_takes_the_first_nan_and_the_first_of_ties():

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from gradlanes.program.jaxcompat import is_extended, key_impl
 from gradlanes.program.rules.prng import KeyArray
 from gradlanes.program.rules.registry import PlanMaker, rule, structured
 
@@ -29,6 +30,9 @@ def _row(value: Any, index: int) -> Any:
 def _stacked(rows: list[Any], var, make_plan: PlanMaker) -> Any:
     """The per-iteration outputs of a scan stacked on a new leading axis, as the scan declares."""
     if not rows:  # a zero-length scan still returns [0, ...]-shaped outputs of the declared dtype
+        if is_extended(var.aval.dtype):  # keys: no words, as many as each key has
+            words = (*var.aval.shape, *key_impl(var.aval.dtype).key_shape)
+            return KeyArray(np.zeros(words, np.uint32), var.aval.dtype)
         return np.zeros(var.aval.shape, make_plan.dtype_of(var.aval.dtype))
     if isinstance(rows[0], KeyArray):
         return KeyArray(np.stack([row.data for row in rows]), rows[0].dtype)

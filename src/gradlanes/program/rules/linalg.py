@@ -66,7 +66,7 @@ def _check_precision(precision) -> None:
     """Precision enums are hints XLA CPU ignores; an explicit algorithm changes the arithmetic."""
     if precision is None or precision == lax.DotAlgorithmPreset.DEFAULT:
         return
-    if isinstance(precision, tuple) and all(p is None or isinstance(p, lax.Precision) for p in precision):
+    if isinstance(precision, tuple) and all(isinstance(p, lax.Precision) for p in precision):
         return
     if isinstance(precision, lax.Precision):
         return
