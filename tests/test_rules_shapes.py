@@ -390,9 +390,16 @@ def test_reductions_over_nothing_give_the_identity(dtype):
         )
 
 
+@pytest.mark.parametrize("processor_flushes", [True, False], ids=["ftz-daz", "rules-alone"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, BF16, np.float16], ids=str)
-def test_signed_zeros_and_flushed_subnormals_in_reductions(dtype):
-    """A sum of -0.0 past one term is +0.0; max/min order -0.0 < +0.0; compares flush subnormals."""
+def test_signed_zeros_and_flushed_subnormals_in_reductions(dtype, processor_flushes, monkeypatch):
+    """A sum of -0.0 past one term is +0.0; max/min order -0.0 < +0.0; compares flush subnormals.
+
+    Also where `xla_float_environment` cannot set FTZ/DAZ (not Linux on x86_64 or aarch64): the
+    rules then flush by themselves, bfloat16 through float32 (which holds its subnormals as
+    subnormals; float64 would hold them as normal numbers and keep them)."""
+    if not processor_flushes:
+        monkeypatch.setattr(elementwise, "_ENVIRONMENT", None)
     tiny = float(ml_dtypes.finfo(dtype).smallest_subnormal)
     rows = np.array(
         [
@@ -420,19 +427,6 @@ def test_signed_zeros_and_flushed_subnormals_in_reductions(dtype):
         )
         argument = lambda a: [lax.argmax(a, 1, np.int32), lax.argmin(a, 1, np.int32)]  # noqa: E731
         check_exact(argument, rows, expect=["argmax", "argmin"])
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, BF16], ids=str)
-def test_argmax_flushes_subnormals_where_the_processor_cannot(monkeypatch, dtype):
-    """Where `xla_float_environment` cannot set FTZ/DAZ (not Linux on x86_64 or aarch64), the
-    comparison keys still read subnormals as zeros, bfloat16 ones included (as float32, which
-    holds them as subnormals; float64 would not)."""
-    monkeypatch.setattr(elementwise, "_ENVIRONMENT", None)
-    tiny = float(ml_dtypes.finfo(dtype).smallest_subnormal)
-    rows = np.array([[tiny, 0.0, 2 * tiny], [-tiny, 0.0, -2 * tiny], [0.0, -tiny, tiny]], dtype)
-    with x64():
-        pair = lambda a: [lax.argmax(a, 1, np.int32), lax.argmin(a, 1, np.int32)]  # noqa: E731
-        check_exact(pair, rows, expect=["argmax", "argmin"])
 
 
 def test_argmax_takes_the_first_nan_and_the_first_of_ties():

@@ -1,25 +1,38 @@
-"""`make mutation`: mutmut over the modules that make claims, and the report of what survived.
+"""`make mutation`: mutmut over the modules that make claims, one record per module, and the report.
 
-Runs `mutmut run` (the modules and the tests it runs them against are in pyproject.toml,
-[tool.mutmut]), reads every mutant's status from `mutmut results --all true`, and writes
-results/checks/mutation.md: per module the mutants, how many the tests killed (a time-out counts
-as killed: the mutant made the tests hang), how many survived, and the score; then every survivor
-with its diff and either the reason it is equivalent (tools/mutation-equivalent.yaml, mutant name ->
-why no test can tell it from the original) or UNEXPLAINED. A survivor that is not equivalent is a
-missing test: write it, then rerun.
+Why a record per module: a mutation run is hours where the interpreter's rules are in it (each
+mutant runs the XLA-oracle tests that reach it), so a module is measured on its own and its
+result kept until its source changes. results/checks/mutation.json holds, per module listed in
+pyproject.toml [tool.mutmut] `only_mutate`, the SHA-256 of the source it was measured at, the
+date, every status count and every survivor with its diff. tests/test_mutation_record.py fails
+when a listed module's source no longer matches its record: changing a module means re-measuring
+it (`--modules NAME`) and committing the record, which is how the report stays true.
 
-Then the named mutants (tools/mutation-named.yaml): wrong results written by hand, which mutmut's
-one-token changes do not make. Each is applied to a copy of src/ that the same test selection
-imports (PYTHONPATH puts the copy before the editable install); the report names the first test
-that fails on it, and a named mutant that no test kills fails the run.
+    python tools/mutation.py                       # every listed module (long)
+    python tools/mutation.py --stale               # the modules whose source changed, or never measured
+    python tools/mutation.py --modules gradlanes.program.rules.linalg
+    python tools/mutation.py --render              # rewrite mutation.md from the record, run nothing
 
-The report is written to a temporary file and renamed, so a failed run leaves the last one intact.
+Each run: `mutmut run` on the chosen modules' mutants (the tests it runs them against are the
+selection in [tool.mutmut]; mutmut picks, per mutated function, the tests that call it), then every
+status from `mutmut results --all true`. Detected: killed, or timed out (the tests hung on it);
+"no tests" (no selected test calls the function) and "survived" are not. A survivor is either
+equivalent (tools/mutation-equivalent.yaml says why no test can tell it from the original) or
+UNEXPLAINED: a missing test. Then the named mutants of those modules (tools/mutation-named.yaml):
+wrong results written by hand, which mutmut's one-token changes do not make, each applied to a
+copy of src/ that the same test selection imports; the report names the first test that fails.
+
+Exit 1 when any module is under the target, a survivor is unexplained, a named mutant survives or
+a listed module's record is missing or stale. The record and the report are written to temporary
+files and renamed, so a failed or interrupted run leaves the last ones intact.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -27,8 +40,9 @@ import subprocess
 import sys
 import tempfile
 import tomllib
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from importlib import metadata
 from pathlib import Path
 
 import yaml
@@ -37,17 +51,32 @@ REPO = Path(__file__).resolve().parents[1]
 MUTMUT = Path(sys.executable).with_name("mutmut")
 EQUIVALENT = REPO / "tools" / "mutation-equivalent.yaml"
 NAMED = REPO / "tools" / "mutation-named.yaml"
+RECORD = REPO / "results" / "checks" / "mutation.json"
 REPORT = REPO / "results" / "checks" / "mutation.md"
 #: Statuses that mean the tests noticed the mutant.
-DETECTED = {"killed", "timeout"}
-TARGET = 0.90  # the issue's floor: at least 90 % of each module's mutants detected
+DETECTED = ("killed", "timeout")
+TARGET = 0.90  # the issue's floor: at least 90 % of each module's non-equivalent mutants detected
+SCHEMA = 1
 
 
-def mutmut(*args: str, env: dict) -> str:
-    done = subprocess.run([str(MUTMUT), *args], cwd=REPO, env=env, capture_output=True, text=True)
-    if done.returncode not in (0, 1):  # `results` exits 1 where mutants survived
-        raise SystemExit(f"mutmut {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return done.stdout
+# ---- what is listed, and what its source is ------------------------------------------------------
+def settings(pyproject: Path = REPO / "pyproject.toml") -> dict:
+    return tomllib.loads(pyproject.read_text())["tool"]["mutmut"]
+
+
+def module_name(path: str) -> str:
+    """`src/gradlanes/run/records.py` -> `gradlanes.run.records`."""
+    parts = Path(path).with_suffix("").parts
+    return ".".join(parts[1:] if parts[0] == "src" else parts)
+
+
+def listed_modules(pyproject: Path = REPO / "pyproject.toml") -> dict[str, str]:
+    """Module name -> its file (relative to the repository), as [tool.mutmut] lists them."""
+    return {module_name(path): path for path in settings(pyproject)["only_mutate"]}
+
+
+def source_sha256(file: str) -> str:
+    return hashlib.sha256((REPO / file).read_bytes()).hexdigest()
 
 
 def module_of(mutant: str) -> str:
@@ -55,7 +84,73 @@ def module_of(mutant: str) -> str:
     return re.split(r"\.xǁ|\.x_", mutant, maxsplit=1)[0]
 
 
+# ---- the record ----------------------------------------------------------------------------------
+@dataclass
+class ModuleRecord:
+    """One module's measurement: counts per mutmut status, and every undetected mutant's diff."""
+
+    file: str
+    source_sha256: str
+    measured: str  # the UTC date of the run
+    mutmut: str
+    statuses: dict[str, int]
+    survivors: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> status, diff
+
+    @property
+    def total(self) -> int:
+        return sum(self.statuses.values())
+
+    @property
+    def detected(self) -> int:
+        return sum(self.statuses.get(status, 0) for status in DETECTED)
+
+    def explained(self, equivalent: dict[str, str]) -> int:
+        return sum(name in equivalent for name in self.survivors)
+
+    def score(self, equivalent: dict[str, str]) -> float:
+        """Detected over the mutants that are not equivalent (1.0 when all are)."""
+        real = self.total - self.explained(equivalent)
+        return self.detected / real if real else 1.0
+
+
+@dataclass
+class Record:
+    modules: dict[str, ModuleRecord] = field(default_factory=dict)
+    named: dict[str, str | None] = field(default_factory=dict)  # named mutant -> first failing test
+
+    @classmethod
+    def load(cls, path: Path = RECORD) -> Record:
+        if not path.is_file():
+            return cls()
+        data = json.loads(path.read_text())
+        if data.get("schema") != SCHEMA:
+            raise SystemExit(
+                f"{path} has schema {data.get('schema')!r}, not {SCHEMA}: rerun tools/mutation.py"
+            )
+        modules = {name: ModuleRecord(**entry) for name, entry in data["modules"].items()}
+        return cls(modules, dict(data.get("named", {})))
+
+    def dumps(self) -> str:
+        modules = {name: asdict(self.modules[name]) for name in sorted(self.modules)}
+        return json.dumps({"schema": SCHEMA, "modules": modules, "named": self.named}, indent=1) + "\n"
+
+
+def write_atomically(path: Path, text: str) -> None:
+    partial = path.with_name(f".{path.name}.part")
+    partial.write_text(text)
+    partial.replace(path)
+
+
+# ---- running mutmut ------------------------------------------------------------------------------
+def mutmut(*args: str, env: dict) -> str:
+    done = subprocess.run([str(MUTMUT), *args], cwd=REPO, env=env, capture_output=True, text=True)
+    if done.returncode not in (0, 1):  # `results` exits 1 where mutants survived
+        raise SystemExit(f"mutmut {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
 def statuses(text: str) -> dict[str, str]:
+    """`mutmut results --all true` lines (`    name: status`) -> name -> status."""
     found = {}
     for line in text.splitlines():
         name, sep, status = line.strip().rpartition(": ")
@@ -71,54 +166,60 @@ def diff_of(mutant: str, env: dict) -> str:
     )
 
 
-def report(found: dict[str, str], equivalent: dict[str, str], env: dict) -> tuple[str, bool]:
-    per_module: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    for name, status in found.items():
-        per_module[module_of(name)][status] += 1
-    lines = [
-        "# Mutation testing",
-        "",
-        f"Written by `make mutation` (`tools/mutation.py`, mutmut) on "
-        f"{datetime.now(UTC).strftime('%Y-%m-%d')}. Each mutant is one small change to a module "
-        "(an operator, a constant, a condition); the tests that reach it (pyproject.toml, "
-        "[tool.mutmut]) run against it. Detected: killed, or timed out (the tests hung on it). "
-        "An equivalent mutant computes what the original does; why is given for each.",
-        "",
-        "| module | mutants | killed | timed out | survived (equivalent) | score | without equivalents |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    ok = True
-    for module in sorted(per_module):
-        counts = per_module[module]
-        total = sum(counts.values())
-        detected = sum(counts[s] for s in DETECTED)
-        survivors = [n for n, s in found.items() if module_of(n) == module and s not in DETECTED]
-        explained = sum(n in equivalent for n in survivors)
-        score = detected / total
-        real = detected / (total - explained) if total > explained else 1.0
-        ok &= real >= TARGET
-        lines.append(
-            f"| `{module}` | {total} | {counts['killed']} | {counts['timeout']} | {len(survivors)} "
-            f"({explained}) | {score:.1%} | {real:.1%} |"
+def module_records(
+    found: dict[str, str], files: dict[str, str], diff, measured: str, version: str
+) -> dict[str, ModuleRecord]:
+    """One record per module of `files` from mutmut's statuses; `diff(name)` gives a survivor's."""
+    records = {}
+    for module, file in files.items():
+        mine = {name: status for name, status in found.items() if module_of(name) == module}
+        if not mine:
+            raise SystemExit(f"mutmut reported no mutants of {module} ({file}): did it run?")
+        unchecked = sorted(name for name, status in mine.items() if status == "not checked")
+        if unchecked:
+            raise SystemExit(f"{len(unchecked)} mutants of {module} were not checked (first: {unchecked[0]})")
+        survivors = {
+            name: {"status": status, "diff": diff(name)}
+            for name, status in sorted(mine.items())
+            if status not in DETECTED
+        }
+        records[module] = ModuleRecord(
+            file=file,
+            source_sha256=source_sha256(file),
+            measured=measured,
+            mutmut=version,
+            statuses=dict(sorted(collections.Counter(mine.values()).items())),
+            survivors=survivors,
         )
-    lines += ["", f"Target: at least {TARGET:.0%} of each module's non-equivalent mutants detected.", ""]
-    survivors = sorted(n for n, s in found.items() if s not in DETECTED)
-    if survivors:
-        lines += ["## Survivors", ""]
-    for name in survivors:
-        why = equivalent.get(name)
-        ok &= why is not None
-        lines += [
-            f"- `{name}` ({found[name]}): " + (f"equivalent: {why}" if why else "**UNEXPLAINED**"),
-            "",
-            "  ```diff",
-            *(f"  {line}" for line in diff_of(name, env).splitlines()),
-            "  ```",
-            "",
-        ]
-    return "\n".join(lines).rstrip() + "\n", ok
+    return records
 
 
+def measure(modules: dict[str, str], env: dict, max_children: int, reuse: bool) -> dict[str, ModuleRecord]:
+    if not reuse:
+        # a fresh copy: mutmut re-tests only functions changed since its last run, so a test
+        # added since would not reach the mutants it already judged
+        shutil.rmtree(REPO / "mutants", ignore_errors=True)
+        patterns = [f"{module}.*" for module in modules]
+        done = subprocess.run(
+            [str(MUTMUT), "run", "--max-children", str(max_children), *patterns], cwd=REPO, env=env
+        )
+        if done.returncode != 0:
+            raise SystemExit(
+                f"mutmut run exited {done.returncode} (its output is above): the record is unchanged. "
+                "A failed stats or clean run means a selected test fails in mutmut's copy (mutants/): "
+                "run it there with pytest to see why"
+            )
+    found = statuses(mutmut("results", "--all", "true", env=env))
+    return module_records(
+        found,
+        modules,
+        lambda name: diff_of(name, env),
+        measured=datetime.now(UTC).strftime("%Y-%m-%d"),
+        version=metadata.version("mutmut"),
+    )
+
+
+# ---- named mutants -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class NamedMutant:
     name: str
@@ -138,18 +239,16 @@ class NamedMutant:
         path.write_text(text.replace(self.original, self.mutant))
 
 
-@dataclass(frozen=True)
-class NamedOutcome:
-    mutant: NamedMutant
-    killed_by: str | None  # the first failing test, or None when every test passed
+def named_mutants(path: Path = NAMED) -> list[NamedMutant]:
+    return [NamedMutant(**entry) for entry in yaml.safe_load(path.read_text())]
 
 
 def selected_tests() -> list[str]:
-    settings = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]
-    return list(settings["pytest_add_cli_args_test_selection"])
+    return list(settings()["pytest_add_cli_args_test_selection"])
 
 
-def run_named(mutant: NamedMutant, env: dict) -> NamedOutcome:
+def run_named(mutant: NamedMutant, env: dict) -> str | None:
+    """The first test that fails on `mutant`, or None when every selected test passes."""
     with tempfile.TemporaryDirectory(prefix="gradlanes-mutant-") as scratch:
         shutil.copytree(REPO / "src", Path(scratch) / "src")
         mutant.apply(Path(scratch))
@@ -166,37 +265,95 @@ def run_named(mutant: NamedMutant, env: dict) -> NamedOutcome:
         ).stdout.strip()
         if not where.startswith(scratch):
             raise SystemExit(f"the mutated copy is not what the tests import (they import {where})")
+        pytest = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
         done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                "-x",
-                "-q",
-                "-p",
-                "no:cacheprovider",
-                "-p",
-                "no:randomly",
-                *selected_tests(),
-            ],
-            cwd=REPO,
-            env=mutated_env,
-            capture_output=True,
-            text=True,
+            [*pytest, *selected_tests()], cwd=REPO, env=mutated_env, capture_output=True, text=True
         )
     if done.returncode == 0:
-        return NamedOutcome(mutant, None)
+        return None
     failed = re.findall(r"^FAILED (.+?)(?: - .*)?$", done.stdout, flags=re.MULTILINE)
     if done.returncode != 1 or not failed:
         raise SystemExit(
             f"pytest on named mutant {mutant.name!r} did not run (exit {done.returncode}):\n"
             f"{done.stdout[-3000:]}{done.stderr[-3000:]}"
         )
-    return NamedOutcome(mutant, failed[0])
+    return failed[0]
 
 
-def named_section(outcomes: list[NamedOutcome]) -> tuple[str, bool]:
+# ---- the report ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Verdict:
+    text: str
+    ok: bool
+
+
+def render(
+    record: Record,
+    listed: dict[str, str],
+    current: dict[str, str],
+    equivalent: dict[str, str],
+    named: list[NamedMutant],
+) -> Verdict:
+    """mutation.md from the record; `current` is each listed module's source SHA-256 now."""
     lines = [
+        "# Mutation testing",
+        "",
+        "Written by `tools/mutation.py` (mutmut) from `results/checks/mutation.json`, one record per "
+        "module, each measured on the date shown at the source whose SHA-256 it keeps. Each mutant is "
+        "one small change to a module (an operator, a constant, a condition); the tests that reach "
+        "it (pyproject.toml, [tool.mutmut]) run against it. Detected: killed, or timed out (the tests "
+        "hung on it). Not detected: survived, or no test calls the function (no tests). An "
+        "equivalent mutant computes what the original does; why is given for each.",
+        "",
+        "| module | measured | mutants | killed | timed out | no tests | survived (equivalent) "
+        "| score | without equivalents |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
+    ]
+    ok, problems = True, []
+    for module in sorted(listed):
+        entry = record.modules.get(module)
+        if entry is None:
+            ok = False
+            problems.append(f"`{module}` has no record: run `tools/mutation.py --modules {module}`")
+            continue
+        if entry.source_sha256 != current[module]:
+            ok = False
+            problems.append(
+                f"`{module}` changed since it was measured: run `tools/mutation.py --modules {module}`"
+            )
+        counts = entry.statuses
+        survived = len(entry.survivors) - counts.get("no tests", 0)
+        score, real = entry.detected / entry.total, entry.score(equivalent)
+        ok &= real >= TARGET
+        lines.append(
+            f"| `{module}` | {entry.measured} | {entry.total} | {counts.get('killed', 0)} "
+            f"| {counts.get('timeout', 0)} | {counts.get('no tests', 0)} "
+            f"| {survived} ({entry.explained(equivalent)}) | {score:.1%} | {real:.1%} |"
+        )
+    stray = sorted(set(record.modules) - set(listed))
+    problems += [f"`{module}` has a record but is not listed in [tool.mutmut]" for module in stray]
+    ok &= not stray
+    lines += ["", f"Target: at least {TARGET:.0%} of each module's non-equivalent mutants detected.", ""]
+    if problems:
+        lines += ["**Not current:**", "", *(f"- {problem}" for problem in problems), ""]
+    survivors = sorted(
+        (name, found) for module in sorted(listed) if module in record.modules
+        for name, found in record.modules[module].survivors.items()
+    )  # fmt: skip
+    if survivors:
+        lines += ["## Survivors", ""]
+    for name, found in survivors:
+        why = equivalent.get(name)
+        ok &= why is not None
+        lines += [
+            f"- `{name}` ({found['status']}): " + (f"equivalent: {why}" if why else "**UNEXPLAINED**"),
+            "",
+            "  ```diff",
+            *(f"  {line}" for line in found["diff"].splitlines()),
+            "  ```",
+            "",
+        ]
+    lines += [
         "## Named mutants",
         "",
         "Wrong results written by hand (tools/mutation-named.yaml), each applied alone to a copy of "
@@ -205,17 +362,47 @@ def named_section(outcomes: list[NamedOutcome]) -> tuple[str, bool]:
         "| mutant | what it breaks | file | killed by |",
         "| --- | --- | --- | --- |",
     ]
-    for outcome in outcomes:
-        verdict = f"`{outcome.killed_by}`" if outcome.killed_by else "**SURVIVED**"
-        lines.append(
-            f"| `{outcome.mutant.name}` | {outcome.mutant.why} | `{outcome.mutant.file}` | {verdict} |"
-        )
-    return "\n".join(lines) + "\n", all(outcome.killed_by for outcome in outcomes)
+    for mutant in named:
+        if mutant.name not in record.named:
+            verdict, ok = "**NOT RUN**", False
+        elif record.named[mutant.name] is None:
+            verdict, ok = "**SURVIVED**", False
+        else:
+            verdict = f"`{record.named[mutant.name]}`"
+        lines.append(f"| `{mutant.name}` | {mutant.why} | `{mutant.file}` | {verdict} |")
+    return Verdict("\n".join(lines).rstrip() + "\n", ok)
+
+
+def load_equivalent(path: Path = EQUIVALENT) -> dict[str, str]:
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+
+
+# ---- the command ---------------------------------------------------------------------------------
+def chosen(args: argparse.Namespace, listed: dict[str, str], record: Record) -> dict[str, str]:
+    if args.modules:
+        unknown = [module for module in args.modules if module not in listed]
+        if unknown:
+            raise SystemExit(
+                f"not listed in pyproject.toml [tool.mutmut] only_mutate: {', '.join(unknown)} "
+                f"(listed: {', '.join(sorted(listed))})"
+            )
+        return {module: listed[module] for module in args.modules}
+    if args.stale:
+        return {
+            module: file
+            for module, file in listed.items()
+            if module not in record.modules or record.modules[module].source_sha256 != source_sha256(file)
+        }
+    return dict(listed)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reuse", action="store_true", help="report mutmut's last run without running it")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--modules", nargs="+", metavar="MODULE", help="measure these listed modules only")
+    which.add_argument("--stale", action="store_true", help="measure the modules whose record is not current")
+    which.add_argument("--render", action="store_true", help="rewrite the report from the record only")
+    parser.add_argument("--reuse", action="store_true", help="read mutmut's last run instead of running it")
     parser.add_argument(
         "--named-only", action="store_true", help="run only the named mutants, print, write nothing"
     )
@@ -225,33 +412,29 @@ def main(argv: list[str] | None = None) -> int:
     # mutmut runs the tests from its copy of the project (mutants/): the shared data is beside the
     # checkout, not beside that copy
     env.setdefault("GRADLANES_SHARED", str(REPO.parent / "shared"))
+    named = named_mutants()
     if args.named_only:
-        named = [NamedMutant(**entry) for entry in yaml.safe_load(NAMED.read_text())]
-        section, named_ok = named_section([run_named(mutant, env) for mutant in named])
-        print(section)
-        return 0 if named_ok else 1
-    if not args.reuse:
-        # a fresh copy: mutmut re-tests only functions changed since its last run, so a test
-        # added since would not reach the mutants it already judged
-        shutil.rmtree(REPO / "mutants", ignore_errors=True)
-        subprocess.run([str(MUTMUT), "run", "--max-children", str(args.max_children)], cwd=REPO, env=env)
-    found = statuses(mutmut("results", "--all", "true", env=env))
-    if not found:
-        raise SystemExit("mutmut reported no mutants: is [tool.mutmut] in pyproject.toml, and did it run?")
-    equivalent = (yaml.safe_load(EQUIVALENT.read_text()) or {}) if EQUIVALENT.is_file() else {}
-    text, ok = report(found, equivalent, env)
-    named = [NamedMutant(**entry) for entry in yaml.safe_load(NAMED.read_text())]
-    outcomes = []
-    for mutant in named:
-        outcomes.append(run_named(mutant, env))
-        print(f"named mutant {mutant.name}: killed by {outcomes[-1].killed_by or 'nothing: it SURVIVED'}")
-    section, named_ok = named_section(outcomes)
-    text, ok = text + "\n" + section, ok and named_ok
-    partial = REPORT.with_name(f".{REPORT.name}.part")
-    partial.write_text(text)
-    partial.replace(REPORT)
-    print(text)
-    return 0 if ok else 1
+        for mutant in named:
+            print(f"named mutant {mutant.name}: killed by {run_named(mutant, env) or 'nothing: it SURVIVED'}")
+        return 0
+    listed, record = listed_modules(), Record.load()
+    if not args.render:
+        modules = chosen(args, listed, record)
+        if modules:
+            record.modules.update(measure(modules, env, args.max_children, args.reuse))
+        files = set(modules.values())
+        for mutant in (m for m in named if m.file in files):
+            record.named[mutant.name] = run_named(mutant, env)
+            print(
+                f"named mutant {mutant.name}: killed by {record.named[mutant.name] or 'nothing: it SURVIVED'}"
+            )
+        record.named = {name: test for name, test in record.named.items() if name in {m.name for m in named}}
+        write_atomically(RECORD, record.dumps())
+    current = {module: source_sha256(file) for module, file in listed.items()}
+    verdict = render(record, listed, current, load_equivalent(), named)
+    write_atomically(REPORT, verdict.text)
+    print(verdict.text)
+    return 0 if verdict.ok else 1
 
 
 if __name__ == "__main__":
