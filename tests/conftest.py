@@ -8,10 +8,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from hypothesis import Phase, settings
 from mirror import MirrorServer
 from prerequisites import require
 
 REPO = Path(__file__).resolve().parents[1]
+
+if os.environ.get("GRADLANES_MUTATION"):
+    # tools/mutation.py: each mutant only needs pass or fail. A failing property test would shrink
+    # its example (an XLA compile per try) until mutmut's CPU limit and count as a timeout; without
+    # shrinking or the example database it fails at the same first example, in seconds.
+    settings.register_profile("mutation", phases=[Phase.explicit, Phase.generate], database=None)
+    settings.load_profile("mutation")
 SHARED_MNIST = Path(os.environ.get("GRADLANES_SHARED", REPO.parent / "shared")) / "datasets/mnist"
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
 

@@ -572,17 +572,59 @@ def test_long_scans_follow_xlas_tree(data):
         )
 
 
-def test_scans_of_signed_zeros_and_single_elements():
-    zeros = [
-        np.array([[-0.0, -0.0, 0.0, -0.0]], dtype) for dtype in (np.float32, np.float16, BF16, np.float64)
+@pytest.mark.parametrize("layout", ["row", "rows", "middle axis"])
+@pytest.mark.parametrize("length", [40, 300])
+def test_long_scans_of_any_rank_along_any_axis(layout, length):
+    """Three blocks and more (the exclusive scan of block totals shifts by one), two levels past
+    256, on one row, on rows, and along a middle axis, each way."""
+    shape, axis = {"row": ((length,), 0), "rows": ((2, length), 1), "middle axis": ((2, length, 3), 1)}[
+        layout
     ]
+    rng = np.random.default_rng(length)
+    x = rng.uniform(-8, 8, shape).astype(np.float32)
+    factors = rng.uniform(0.9, 1.1, shape).astype(np.float32)
+    ints = rng.integers(-1000, 1000, shape).astype(np.int32)
+    for reverse in (False, True):
+        check_exact(
+            lambda a, b, i, reverse=reverse: (
+                [
+                    scan(b if name == "cumprod" else a, axis=axis, reverse=reverse)
+                    for name, scan in SCANS.items()
+                ]
+                + [lax.cumsum(i, axis=axis, reverse=reverse)]
+            ),
+            x,
+            factors,
+            ints,
+            expect=list(SCANS),
+        )
+
+
+@pytest.mark.parametrize("processor_flushes", [True, False], ids=["ftz-daz", "rules-alone"])
+def test_scans_of_signed_zeros_and_single_elements(processor_flushes, monkeypatch):
+    """Signed zeros, subnormals (zeros to XLA, except a one-element cumsum/cummax/cummin, which XLA
+    returns as is) and the smallest normal (not a zero); also where the rules flush by themselves."""
+    if not processor_flushes:
+        monkeypatch.setattr(elementwise, "_ENVIRONMENT", None)
+    zeros = []
+    for dtype in (np.float32, np.float16, BF16, np.float64):
+        info = ml_dtypes.finfo(dtype)
+        sub, tiny = float(info.smallest_subnormal), float(info.smallest_normal)
+        rows = [
+            [-0.0, -0.0, 0.0, -0.0],
+            [sub, -0.0, tiny, -sub],
+            [-sub, sub, 0.0, tiny],
+            [tiny, -sub, -0.0, sub],
+        ]
+        zeros.append(np.array(rows, dtype))
 
     def scans(*xs):
         out = []
         for a in xs:
             for scan in SCANS.values():
                 out += [scan(a, axis=1), scan(a, axis=1, reverse=True), scan(a[:, :1], axis=1)]
-            out.append(lax.cumlogsumexp(a, axis=1))
+                out.append(scan(a[1:2, :1], axis=1))  # a lone subnormal: the whole array one element
+            out.append(lax.cumlogsumexp(a[:1], axis=1))  # the zeros row: subnormals make it inexact
         return out
 
     with x64():

@@ -412,6 +412,9 @@ def main(argv: list[str] | None = None) -> int:
     # mutmut runs the tests from its copy of the project (mutants/): the shared data is beside the
     # checkout, not beside that copy
     env.setdefault("GRADLANES_SHARED", str(REPO.parent / "shared"))
+    # a failing property test stops at its first failing example (tests/conftest.py): shrinking it
+    # changes nothing about the verdict and, with an XLA compile per try, can outlast the timeout
+    env["GRADLANES_MUTATION"] = "1"
     named = named_mutants()
     if args.named_only:
         for mutant in named:
