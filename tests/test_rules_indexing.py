@@ -15,6 +15,7 @@ import contextlib
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 import optax
 import pytest
@@ -205,6 +206,19 @@ def test_at_updates_with_a_broadcast_scalar_and_a_scalar_index():
     # Repeated targets of one value: every candidate XLA may pick among duplicates is the same.
     check(lambda x: x.at[np.array([[0, 2], [2, 2]])].set(7.0), x, expect="scatter")
     check(lambda x, i: x.at[i, i].min(-0.0), x, np.int32(2), expect="scatter-min")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16, np.float64], ids=str)
+def test_scatter_min_and_max_order_negative_zero_below_positive_zero(dtype):
+    """XLA's min/max put -0.0 below +0.0 whichever came first; NumPy's return the first of equal
+    values. Every pairing: operand zero against update zero, and two update zeros meeting."""
+    operand = np.array([0.0, -0.0, 0.0, -0.0, -0.0, 0.0, 1.0, -0.0], dtype)
+    index = np.array([[0], [1], [2], [3], [4], [4], [5], [5], [6]], np.int32)
+    updates = np.array([-0.0, 0.0, 0.0, -0.0, 0.0, -0.0, -0.0, 0.0, -0.0], dtype)
+    dnums = lax.ScatterDimensionNumbers((), (0,), (0,))
+    with x64():
+        for name, scatter in (("scatter-min", lax.scatter_min), ("scatter-max", lax.scatter_max)):
+            check(lambda x, i, u, f=scatter: f(x, i, u, dnums), operand, index, updates, expect=name)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -7,16 +7,18 @@ and `promise_in_bounds`), and duplicate scatter indices combine in update order,
 sequential scatter loop does. Each rule builds one set of broadcast index arrays per call (the
 dimension numbers say which operand axis each index, batch or window coordinate lands on) and does
 one NumPy fancy-indexing or `ufunc.at` call with them: no loop over elements or index rows.
+PRNG key arrays never reach these rules as keys: `prng.on_key_words` hands them their raw words,
+with the dimension numbers and sizes extended over the word axes as JAX lowers them.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
 from jax.lax import GatherScatterMode
 
-from gradlanes.program.rules.prng import KeyArray
 from gradlanes.program.rules.registry import rule
 
 _INT32_MAX = np.iinfo(np.int32).max
@@ -71,18 +73,8 @@ def _along(size: int, axis: int, rank: int) -> np.ndarray:
 @rule("gather")
 def _gather(operand, indices, *, dimension_numbers, slice_sizes, mode, fill_value=None, **_):
     indices = np.asarray(indices)
-    dnums = dimension_numbers
-    offset_dims = tuple(dnums.offset_dims)
     slice_sizes = tuple(int(s) for s in slice_sizes)
-    if isinstance(operand, KeyArray):
-        # A key is its raw words: they ride along as trailing offset dims (JAX's opaque lowering).
-        out_rank = len(offset_dims) + indices.ndim - 1
-        words = operand.key_shape
-        offset_dims += tuple(range(out_rank, out_rank + len(words)))
-        dnums = dnums._replace(offset_dims=offset_dims)
-        words = _gather_values(operand.data, indices, dnums, slice_sizes + words, mode, fill_value)
-        return KeyArray(words, operand.dtype)
-    return _gather_values(np.asarray(operand), indices, dnums, slice_sizes, mode, fill_value)
+    return _gather_values(np.asarray(operand), indices, dimension_numbers, slice_sizes, mode, fill_value)
 
 
 def _gather_values(operand, indices, dnums, slice_sizes, mode, fill_value):
@@ -208,25 +200,17 @@ def _scatter_targets(primitive, operand, indices, updates, dnums, mode):
     return flat[keep], ordered[keep]
 
 
-def _scatter_with(primitive: str, combine):
-    def scatter(operand, indices, updates, *, dimension_numbers, mode, update_jaxpr=None, **_):
-        if primitive == "scatter" and update_jaxpr is not None:
-            # The named scatters' update_jaxpr is their combiner; plain scatter has none unless it
-            # comes from `x.at[...].apply(f)`, which applies f once per (possibly repeated) index.
-            raise NotImplementedError("scatter: an update_jaxpr (x.at[...].apply) is not supported")
-        indices = np.asarray(indices)
-        if isinstance(operand, KeyArray):
-            # Keys scatter as their raw words, trailing window dims of the updates (as JAX lowers).
-            words = range(updates.ndim, updates.ndim + len(operand.key_shape))
-            dnums = dimension_numbers._replace(
-                update_window_dims=(*dimension_numbers.update_window_dims, *words)
-            )
-            result = _scatter_values(primitive, combine, operand.data, indices, updates.data, dnums, mode)
-            return KeyArray(result, operand.dtype)
-        operand, updates = np.asarray(operand), np.asarray(updates)
-        return _scatter_values(primitive, combine, operand, indices, updates, dimension_numbers, mode)
-
-    return scatter
+def _scatter(
+    operand, indices, updates, *, primitive, combine, dimension_numbers, mode, update_jaxpr=None, **_
+):
+    """Every scatter primitive: `primitive` and its `combine` are bound per rule (`functools.partial`
+    at the end of this section), so the code runs, and is measured, per call and not at import."""
+    if primitive == "scatter" and update_jaxpr is not None:
+        # The named scatters' update_jaxpr is their combiner; plain scatter has none unless it
+        # comes from `x.at[...].apply(f)`, which applies f once per (possibly repeated) index.
+        raise NotImplementedError("scatter: an update_jaxpr (x.at[...].apply) is not supported")
+    indices, operand, updates = np.asarray(indices), np.asarray(operand), np.asarray(updates)
+    return _scatter_values(primitive, combine, operand, indices, updates, dimension_numbers, mode)
 
 
 def _scatter_values(primitive, combine, operand, indices, updates, dnums, mode):
@@ -257,23 +241,25 @@ def _signed_zero_fix(flat, positions, values, negative: bool):
     return wanted_zero
 
 
-def _extremum(ufunc, negative: bool):
-    def combine(flat, positions, values):
-        wanted_zero = _signed_zero_fix(flat, positions, values, negative)
-        ufunc.at(flat, positions, values)
-        if wanted_zero is not None:
-            zero = flat.dtype.type(-0.0 if negative else 0.0)
-            flat[wanted_zero & (flat == 0)] = zero
-
-    return combine
+def _extremum(flat, positions, values, *, ufunc, negative: bool):
+    wanted_zero = _signed_zero_fix(flat, positions, values, negative)
+    ufunc.at(flat, positions, values)
+    if wanted_zero is not None:
+        zero = flat.dtype.type(-0.0 if negative else 0.0)
+        flat[wanted_zero & (flat == 0)] = zero
 
 
-rule("scatter")(_scatter_with("scatter", _assign))
-rule("scatter-add")(_scatter_with("scatter-add", np.add.at))
-rule("scatter-sub")(_scatter_with("scatter-sub", np.subtract.at))
-rule("scatter-mul")(_scatter_with("scatter-mul", np.multiply.at))
-rule("scatter-min")(_scatter_with("scatter-min", _extremum(np.minimum, negative=True)))
-rule("scatter-max")(_scatter_with("scatter-max", _extremum(np.maximum, negative=False)))
+_COMBINERS = {
+    "scatter": _assign,
+    "scatter-add": np.add.at,
+    "scatter-sub": np.subtract.at,
+    "scatter-mul": np.multiply.at,
+    "scatter-min": functools.partial(_extremum, ufunc=np.minimum, negative=True),
+    "scatter-max": functools.partial(_extremum, ufunc=np.maximum, negative=False),
+}
+for _name, _combine in _COMBINERS.items():
+    rule(_name)(functools.partial(_scatter, primitive=_name, combine=_combine))
+del _name, _combine
 
 
 # ---- dynamic slices --------------------------------------------------------------------------
@@ -292,10 +278,6 @@ def _dynamic_starts(primitive: str, shape, sizes, starts) -> list[int]:
 @rule("dynamic_slice")
 def _dynamic_slice(operand, *starts, slice_sizes, **_):
     sizes = tuple(int(s) for s in slice_sizes)
-    if isinstance(operand, KeyArray):  # the whole of each key: its words start at 0
-        words = operand.key_shape
-        data = _dynamic_slice(operand.data, *starts, *[0] * len(words), slice_sizes=sizes + words)
-        return KeyArray(data, operand.dtype)
     operand = np.asarray(operand)
     begin = _dynamic_starts("dynamic_slice", operand.shape, sizes, starts)
     return operand[tuple(slice(b, b + s) for b, s in zip(begin, sizes, strict=True))]
@@ -303,9 +285,6 @@ def _dynamic_slice(operand, *starts, slice_sizes, **_):
 
 @rule("dynamic_update_slice")
 def _dynamic_update_slice(operand, update, *starts, **_):
-    if isinstance(operand, KeyArray):
-        words = [0] * len(operand.key_shape)
-        return KeyArray(_dynamic_update_slice(operand.data, update.data, *starts, *words), operand.dtype)
     operand, update = np.asarray(operand), np.asarray(update)
     begin = _dynamic_starts("dynamic_update_slice", operand.shape, update.shape, starts)
     result = np.array(operand, order="C")
