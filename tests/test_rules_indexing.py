@@ -12,6 +12,7 @@ every integer index dtype, with indices out of bounds on both sides in every mod
 from __future__ import annotations
 
 import contextlib
+import re
 
 import jax
 import jax.numpy as jnp
@@ -206,6 +207,47 @@ def test_at_updates_with_a_broadcast_scalar_and_a_scalar_index():
     # Repeated targets of one value: every candidate XLA may pick among duplicates is the same.
     check(lambda x: x.at[np.array([[0, 2], [2, 2]])].set(7.0), x, expect="scatter")
     check(lambda x, i: x.at[i, i].min(-0.0), x, np.int32(2), expect="scatter-min")
+
+
+@pytest.mark.parametrize("name", sorted(SCATTERS))
+def test_one_hot_scatters_are_refused_naming_the_primitive(name):
+    """JAX accepts mode=ONE_HOT on a scatter; the interpreter has no rule for it and says which."""
+    x, index, updates = np.zeros(4, np.float32), np.array([[1]], np.int32), np.ones(1, np.float32)
+    dnums = lax.ScatterDimensionNumbers((), (0,), (0,))
+    scatter = SCATTERS[name]
+    program = jax.make_jaxpr(lambda x, i, u: scatter(x, i, u, dnums, mode=lax.GatherScatterMode.ONE_HOT))(
+        x, index, updates
+    )
+    with pytest.raises(NotImplementedError, match=rf"^{re.escape(name)}: mode=ONE_HOT is not supported"):
+        Interpreter(program)(x, index, updates)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.uint64], ids=str)
+def test_fill_gathers_of_64_bit_integers_keep_every_bit(dtype):
+    """Values past 2**53 (a float64 would round them) and the fill value of an out-of-bounds row."""
+    info = np.iinfo(dtype)
+    x = np.array([info.max, info.min, 2**53 + 1, info.max - 2, 7], dtype)
+    index = np.array([0, 1, 2, 3, 9, -1], np.int32)
+    with x64():
+        check(lambda x, i: x.at[i].get(mode="fill"), x, index, expect="gather")
+        check(lambda x, i: x.at[i].get(mode="fill", fill_value=info.max - 1), x, index, expect="gather")
+
+
+def test_gather_with_an_empty_index_vector_takes_the_whole_window_for_every_row():
+    """No operand dimension is indexed: each of the 3 batch rows is the same [2, 4] window."""
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    dnums = lax.GatherDimensionNumbers(offset_dims=(1, 2), collapsed_slice_dims=(), start_index_map=())
+    check(lambda x, i: lax.gather(x, i, dnums, (2, 4)), x, np.zeros((3, 0), np.int32), expect="gather")
+
+
+def test_scatter_into_a_transposed_operand():
+    """The operand arrives as a transposed view (not C-contiguous); the scatter writes its copy."""
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    index = np.array([[0], [2], [0]], np.int32)
+    dnums = lax.ScatterDimensionNumbers((1,), (0,), (0,))
+    updates = np.ones((3, 3), np.float32)
+    for name, scatter in SCATTERS.items():
+        check(lambda x, i, u, f=scatter: f(x.T, i, u, dnums), x, index, updates, expect=name)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16, np.float64], ids=str)
