@@ -47,6 +47,8 @@ from pathlib import Path
 
 import yaml
 
+from gradlanes.atomic import write_text
+
 REPO = Path(__file__).resolve().parents[1]
 MUTMUT = Path(sys.executable).with_name("mutmut")
 EQUIVALENT = REPO / "tools" / "mutation-equivalent.yaml"
@@ -133,12 +135,6 @@ class Record:
     def dumps(self) -> str:
         modules = {name: asdict(self.modules[name]) for name in sorted(self.modules)}
         return json.dumps({"schema": SCHEMA, "modules": modules, "named": self.named}, indent=1) + "\n"
-
-
-def write_atomically(path: Path, text: str) -> None:
-    partial = path.with_name(f".{path.name}.part")
-    partial.write_text(text)
-    partial.replace(path)
 
 
 # ---- running mutmut ------------------------------------------------------------------------------
@@ -432,10 +428,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"named mutant {mutant.name}: killed by {record.named[mutant.name] or 'nothing: it SURVIVED'}"
             )
         record.named = {name: test for name, test in record.named.items() if name in {m.name for m in named}}
-        write_atomically(RECORD, record.dumps())
+        write_text(RECORD, record.dumps())
     current = {module: source_sha256(file) for module, file in listed.items()}
     verdict = render(record, listed, current, load_equivalent(), named)
-    write_atomically(REPORT, verdict.text)
+    write_text(REPORT, verdict.text)
     print(verdict.text)
     return 0 if verdict.ok else 1
 
