@@ -5,7 +5,9 @@ cd "$(dirname "$0")/../.."
 here=$(pwd)
 trap 'bash "$here/tests/cluster/slurm-down.sh"' EXIT
 started=$(date +%s)
-eval "$(bash tests/cluster/slurm-up.sh)"
+# Assign first: `eval "$(...)"` would hide slurm-up.sh failing behind eval's own status.
+setup=$(bash tests/cluster/slurm-up.sh)
+eval "$setup"
 export GRADLANES_SLURM_CONF=$SLURM_CONF
 sinfo
 status=0

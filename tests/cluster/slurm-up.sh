@@ -17,6 +17,13 @@ if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
     apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null
 fi
 
+# Daemons left running by an earlier run that never reached slurm-down.sh: stop them first.
+if [ -s "$state/pids" ]; then
+    bash "$(dirname "$0")/slurm-down.sh" >&2
+fi
+# A fresh state every time: jobs saved by an earlier run that was killed (a CI try cut short, a
+# session that ended mid-test) would otherwise be restored as running and hold the node "alloc".
+rm -rf "$state"/ctld "$state"/spool "$state"/log
 mkdir -p "$state"/{ctld,spool,log}
 : > "$state/pids"
 host=$(hostname -s)
@@ -88,7 +95,8 @@ for name in slurm.conf gres.conf; do
 done
 export SLURM_CONF="$state/slurm.conf"
 
-slurmctld -f "$SLURM_CONF" -i
+# -c: start with no jobs and no node state, whatever StateSaveLocation holds.
+slurmctld -f "$SLURM_CONF" -c -i
 slurmd -f "$SLURM_CONF"
 for _ in $(seq 100); do
     [ -s "$state/slurmctld.pid" ] && [ -s "$state/slurmd.pid" ] && break
@@ -106,4 +114,6 @@ for _ in $(seq 100); do
 done
 echo "slurm-up.sh: the node did not become idle; see $state/log/" >&2
 sinfo >&2 || true
+squeue --states=all >&2 || true
+tail -n 20 "$state/log/slurmctld.log" "$state/log/slurmd.log" >&2 || true
 exit 1
