@@ -47,9 +47,10 @@ def test_every_listed_module_was_measured_at_its_current_source():
 
 def test_the_committed_report_is_the_record_rendered_and_meets_the_target():
     listed = mutation.listed_modules()
+    unmutated = {module: mutation.unmutated_functions(file) for module, file in listed.items()}
     verdict = mutation.render(
         mutation.Record.load(), listed, current_hashes(listed), mutation.load_equivalent(),
-        mutation.named_mutants(),
+        mutation.named_mutants(), unmutated,
     )  # fmt: skip
     assert mutation.REPORT.read_text() == verdict.text, "run `.venv/bin/python tools/mutation.py --render`"
     assert verdict.ok, (
@@ -71,6 +72,34 @@ def entry(statuses: dict[str, int], survivors=(), sha="a" * 64) -> mutation.Modu
         file="src/pkg/mod.py", source_sha256=sha, measured="2026-12-02", mutmut="3.8.1",
         statuses=statuses, survivors={name: {"status": "survived", "diff": "-a\n+b"} for name in survivors},
     )  # fmt: skip
+
+
+def test_no_rule_of_the_interpreter_escapes_mutation():
+    """Rules register with a call after their def, not a decorator, so that mutmut mutates them."""
+    listed = mutation.listed_modules()
+    rules = {m: f for m, f in listed.items() if m.startswith("gradlanes.program.rules.")}
+    assert rules, "no interpreter rule module is listed in [tool.mutmut]"
+    allowed = {"KeyArray.key_shape", "KeyArray.shape", "KeyArray.ndim", "KeyArray.impl_name"}
+    escaped = {m: set(mutation.unmutated_functions(f)) - allowed for m, f in rules.items()}
+    assert not any(escaped.values()), f"decorated, so never mutated: {escaped}"
+
+
+def test_unmutated_functions_are_the_decorated_ones(tmp_path, monkeypatch):
+    monkeypatch.setattr(mutation, "REPO", tmp_path)
+    (tmp_path / "m.py").write_text(
+        "import functools\n"
+        "def plain(): pass\n"
+        "@functools.cache\ndef cached(): pass\n"
+        "class A:\n"
+        "    @property\n    def p(self): pass\n"
+        "    @staticmethod\n    def s(): pass\n"
+        "    @classmethod\n    def c(cls): pass\n"
+        "    def m(self):\n        @rule('x')\n        def inner(): pass\n"
+    )
+    assert mutation.unmutated_functions("m.py") == ["cached", "A.p", "A.m.inner"]
+    verdict = render(mutation.Record(), unmutated={"pkg.mod": ["A.p"], "pkg.other": []})
+    assert "## Not mutated" in verdict.text and "- `pkg.mod`: `A.p`" in verdict.text
+    assert "pkg.other" not in verdict.text.split("## Not mutated")[1].split("## Named")[0]
 
 
 def test_module_names_follow_the_listed_paths():
@@ -140,9 +169,9 @@ def test_the_record_round_trips_and_refuses_another_schema(tmp_path):
         mutation.Record.load(path)
 
 
-def render(record, sha="a" * 64, equivalent=None, named=()):
+def render(record, sha="a" * 64, equivalent=None, named=(), unmutated=None):
     return mutation.render(
-        record, {"pkg.mod": "src/pkg/mod.py"}, {"pkg.mod": sha}, equivalent or {}, list(named)
+        record, {"pkg.mod": "src/pkg/mod.py"}, {"pkg.mod": sha}, equivalent or {}, list(named), unmutated
     )
 
 

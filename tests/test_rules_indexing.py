@@ -669,3 +669,31 @@ def test_scatter_apply_is_refused_by_name():
     program = jax.make_jaxpr(lambda x: x.at[np.array([1, 1])].apply(jnp.sin))(np.zeros(3, np.float32))
     with pytest.raises(NotImplementedError, match="scatter: an update_jaxpr"):
         Interpreter(program)(np.zeros(3, np.float32))
+
+
+@pytest.mark.parametrize(
+    ("primitive", "call"),
+    [
+        ("dynamic_slice", lambda x: RULES["dynamic_slice"](x, np.int32(0), slice_sizes=(1, 1))),
+        ("dynamic_update_slice", lambda x: RULES["dynamic_update_slice"](x, x[:1, :1], np.int32(0))),
+    ],
+)
+def test_dynamic_slices_need_one_start_per_dimension(primitive, call):
+    """JAX binds one start per dimension; fewer (a dynamic shape) are refused by name."""
+    with pytest.raises(NotImplementedError) as refused:
+        call(np.zeros((2, 3), np.float32))
+    assert str(refused.value) == f"{primitive}: 1 start indices for a rank-2 operand (dynamic shapes)"
+
+
+@pytest.mark.parametrize("mode", ["drop", "fill"])
+def test_a_scatter_window_outside_in_any_one_dimension_is_dropped(mode):
+    """Two indexed dimensions: a window outside the operand in the first but inside in the second
+    (and the reverse) is skipped, as XLA skips every window not wholly inside."""
+    x = np.zeros((3, 4), np.float32)
+    rows, cols = np.array([5, 1, 2, 1], np.int32), np.array([1, 3, 9, 0], np.int32)
+    updates = np.array([10.0, 20.0, 30.0, 40.0], np.float32)
+    program = lambda x, i, j, v: x.at[i, j].add(v, mode=mode)  # noqa: E731
+    check(program, x, rows, cols, updates, expect="scatter-add")
+    closed = jax.make_jaxpr(program)(x, rows, cols, updates)
+    (got,) = Interpreter(closed)(x, rows, cols, updates)
+    assert got.sum() == 60.0 and got[1, 3] == 20.0 and got[1, 0] == 40.0

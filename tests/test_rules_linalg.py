@@ -186,6 +186,35 @@ def test_matrix_products_of_training_sizes(dtype):
         check_dot(a, b, PLAIN, np.float32, (["i", "k"], ["k", "j"], ["i", "j"]))
 
 
+@pytest.mark.parametrize(
+    ("lhs_shape", "rhs_shape", "dimension_numbers", "labels"),
+    [
+        ((6, 5), (6, 5), (((1,), (1,)), ((0,), (0,))), (["b", "k"], ["b", "k"], ["b"])),
+        ((3, 4, 5), (5, 6), (((2,), (0,)), ((), ())), (["i", "t", "k"], ["k", "j"], ["i", "t", "j"])),
+        ((5, 4), (3, 5, 6), (((0,), (1,)), ((), ())), (["k", "i"], ["a", "k", "j"], ["i", "a", "j"])),
+        ((4, 5), (4, 5), (((0, 1), (0, 1)), ((), ())), (["k", "l"], ["k", "l"], [])),
+    ],
+    ids=["batched rows", "3-d by 2-d", "2-d by 3-d", "two contracted dims"],
+)
+def test_float32_contractions_beside_the_matrix_product(lhs_shape, rhs_shape, dimension_numbers, labels):
+    """The BLAS shortcut is for plain 2-d products only; these go through the general contraction."""
+    rng = np.random.default_rng(len(lhs_shape) + len(rhs_shape))
+    lhs = rng.standard_normal(lhs_shape).astype(np.float32)
+    rhs = rng.standard_normal(rhs_shape).astype(np.float32)
+    with x64():
+        check_dot(lhs, rhs, dimension_numbers, None, labels)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=str)
+def test_outer_products_keep_negative_zeros_as_xla(dtype):
+    """A contraction over one element is a product, -1 * 0 = -0 (BLAS would add it to +0)."""
+    x, y = np.array([[-1.0], [2.0]], dtype), np.array([[0.0, -3.0]], dtype)
+    closed = jax.make_jaxpr(lambda a, b: a @ b)(x, y)
+    (got,) = Interpreter(closed)(x, y)
+    assert_identical(np.asarray(jax.jit(lambda a, b: a @ b)(x, y)), got, "outer product")
+    assert np.signbit(got[0, 0])
+
+
 def test_integer_and_bool_contractions_wrap_and_widen_as_xla():
     cases = [
         (np.full((2, 100), 100, np.int8), np.full((100, 2), 100, np.int8), None),  # wraps in int8

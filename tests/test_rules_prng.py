@@ -13,6 +13,7 @@ so they also exercise the float and integer rules those lower to.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 
 import jax
@@ -26,6 +27,17 @@ from jax.extend.random import random_seed, threefry2x32_p, threefry_prng_impl
 from oracle import RULE_SETTINGS, check, shapes, x64
 
 from gradlanes.program.interpreter import Interpreter, UnsupportedPrimitive
+from gradlanes.program.rules import prng
+from gradlanes.program.rules.prng import (
+    KEY_LAYOUT,
+    KeyArray,
+    _random_bits,
+    _random_fold_in,
+    _random_seed,
+    _random_split,
+    _random_wrap,
+    on_key_words,
+)
 
 COVERED = {
     "random_seed",
@@ -302,6 +314,60 @@ def test_other_prng_implementations_are_refused_by_name(impl):
         Interpreter(seeded)(np.int32(1))
 
 
+@pytest.mark.parametrize(
+    ("primitive", "program"),
+    [
+        ("random_fold_in", lambda k: jax.random.fold_in(k, 3)),
+        ("random_clone", lambda k: jax.random.clone(k)),
+        ("random_split", lambda k: jax.random.split(k, 2)),
+        ("random_unwrap", lambda k: jax.random.key_data(k)),
+    ],
+)
+def test_every_key_primitive_names_itself_refusing_another_implementation(primitive, program):
+    key = jax.random.key(0, impl="rbg")
+    closed = jax.make_jaxpr(program)(key)
+    assert primitive in {eqn.primitive.name for eqn in closed.jaxpr.eqns}
+    with pytest.raises(NotImplementedError, match=rf"^{primitive}: PRNG implementation 'rbg' is not"):
+        Interpreter(closed)(key)
+
+
+@pytest.mark.parametrize("bit_width", [8, 16])
+def test_narrow_bits_for_a_batch_of_keys_in_the_original_layout(bit_width):
+    """Each key's word stream cut into 8- or 16-bit pieces: three keys, five draws each."""
+    keys = jax.random.split(jax.random.key(6), 3)
+    dtype = {8: jnp.uint8, 16: jnp.uint16}[bit_width]
+    with counter_layout(False):
+        check(lambda k: jax.vmap(lambda k: jax.random.bits(k, (5,), dtype))(k), keys, expect="random_bits")
+
+
+def test_random_bits_of_a_width_threefry_does_not_give_is_refused():
+    keys = KeyArray(np.zeros((2,), np.uint32))
+    with pytest.raises(NotImplementedError) as refused:
+        _random_bits(keys, bit_width=24, shape=(3,))
+    assert str(refused.value) == "random_bits: bit_width=24 (threefry2x32 gives 8, 16, 32 or 64)"
+
+
+def test_wrapping_words_as_another_implementations_keys_is_refused_by_name():
+    words = np.zeros((3, 4), np.uint32)  # rbg keys are four words
+    closed = jax.make_jaxpr(lambda w: jax.random.wrap_key_data(w, impl="rbg"))(words)
+    with pytest.raises(NotImplementedError, match=r"^random_wrap: PRNG implementation 'rbg' is not"):
+        Interpreter(closed)(words)
+
+
+@pytest.mark.parametrize(
+    ("primitive", "call"),
+    [
+        ("random_seed", lambda: _random_seed(np.float32(1.5), impl=threefry_prng_impl)),
+        ("random_fold_in", lambda: _random_fold_in(KeyArray(np.zeros(2, np.uint32)), np.float32(1.5))),
+    ],
+)
+def test_seeds_and_messages_must_be_integers(primitive, call):
+    """JAX converts them before binding; the rules name a float bound by hand."""
+    what = "seeds" if primitive == "random_seed" else "messages"
+    with pytest.raises(TypeError, match=rf"^{primitive}: {what} must be integers, got float32$"):
+        call()
+
+
 def test_bits_widen_nothing_under_the_float64_reference():
     """random_bits and threefry2x32 are format-defined: the float64 reference draws the same words."""
     keys = jax.random.split(jax.random.key(5), 3)
@@ -327,6 +393,7 @@ def test_typed_keys_unpacked_indexed_and_reshaped(partitionable):
             jax.random.bits(k1, (2,)),
             joined.reshape(3, 1).T,
             batch[::-1, 1:],
+            batch[:, ::2],
             batch[:, i],
             batch[:, jnp.array([2, 0])],
             chosen,
@@ -355,6 +422,138 @@ def test_arithmetic_on_keys_is_refused_before_running():
     )
     with pytest.raises(UnsupportedPrimitive, match=r"pad \(on PRNG keys\)"):
         Interpreter(closed)
+
+
+def test_keys_the_interpreter_returns_become_jax_keys_again():
+    """`KeyArray.to_jax` gives JAX's typed keys: same dtype, same words, usable by jax.random."""
+    program = lambda k: jax.random.split(k, (2, 3))  # noqa: E731
+    key = jax.random.key(9)
+    (got,) = Interpreter(jax.make_jaxpr(program)(key))(key)
+    as_jax, expected = got.to_jax(), program(key)
+    assert got.dtype == expected.dtype  # the declared key dtype, stamped on what a rule made
+    assert KeyArray.from_jax(expected).dtype == expected.dtype
+    assert as_jax.dtype == expected.dtype and as_jax.shape == expected.shape == (2, 3)
+    np.testing.assert_array_equal(jax.random.key_data(as_jax), jax.random.key_data(expected), strict=True)
+    np.testing.assert_array_equal(jax.random.bits(as_jax[1, 2]), jax.random.bits(expected[1, 2]), strict=True)
+
+
+@pytest.mark.parametrize(
+    "base",
+    [np.zeros((3,), np.uint32), np.zeros((2, 3), np.uint32), np.zeros((2,), np.int32)],
+    ids=["3 words", "(2, 3) words", "int32 words"],
+)
+def test_wrapping_other_than_uint32_pairs_is_refused(base):
+    """JAX refuses these when tracing; the rule itself names them for a program built by hand."""
+    with pytest.raises(TypeError, match=r"random_wrap: threefry2x32 key data is uint32\[\.\.\., 2\], not "):
+        _random_wrap(base, impl=threefry_prng_impl)
+
+
+def test_keys_selected_by_a_scalar_or_from_a_single_case():
+    """A scalar predicate picks whole keys; select_n of one case is that case."""
+
+    def program(key, i):
+        k1, k2 = jax.random.split(key)
+        batch = jax.random.split(k2, 3)
+        return (
+            jnp.where(i > 0, k1, k2),
+            jax.lax.select_n(i > 0, batch, jnp.broadcast_to(k1, batch.shape)),
+            jax.lax.select_n(jnp.zeros(3, jnp.int32), batch),
+        )
+
+    for i in (0, 1):
+        assert "select_n" in check(program, jax.random.key(3), np.int32(i), expect="random_split")
+
+
+def test_keys_and_arrays_through_one_optimization_barrier():
+    """A barrier over keys and ordinary arrays together gives back keys as keys and arrays as arrays."""
+
+    def program(key, x):
+        k, y = jax.lax.optimization_barrier((jax.random.split(key, 2), x * 2.0))
+        return jax.random.bits(k[1], (3,)), y
+
+    check(program, jax.random.key(4), np.arange(3, dtype=np.float32), expect="optimization_barrier")
+    key, x = jax.random.key(4), np.arange(3, dtype=np.float32)
+    barrier = jax.make_jaxpr(lambda k, x: jax.lax.optimization_barrier((k, x)))(key, x)
+    keys, floats = Interpreter(barrier)(key, x)
+    assert isinstance(keys, KeyArray) and keys.dtype == key.dtype
+    assert type(floats) is np.ndarray
+    np.testing.assert_array_equal(floats, x, strict=True)
+
+
+def test_negative_split_axis_on_keys_is_refused():
+    """split_p bound with axis=-1 would split the words' axis of a key array: refused when planned."""
+    from jax._src.lax.lax import split_p
+
+    keys = jax.random.split(jax.random.key(2), 4).reshape(2, 2)
+    closed = jax.make_jaxpr(lambda k: split_p.bind(k, sizes=(1, 1), axis=-1))(keys)
+    with pytest.raises(NotImplementedError, match=r"split on PRNG key arrays: negative axis=-1"):
+        Interpreter(closed)
+
+
+def test_reshape_of_keys_with_dimensions_is_refused():
+    """XLA itself cannot lower a transposing reshape of key arrays; the interpreter says so by name."""
+    keys = jax.random.split(jax.random.key(2), 6).reshape(2, 3)
+    closed = jax.make_jaxpr(lambda k: jax.lax.reshape(k, (6,), dimensions=(1, 0)))(keys)
+    with pytest.raises(NotImplementedError, match=r"reshape on PRNG key arrays: dimensions=\(1, 0\)"):
+        Interpreter(closed)
+
+
+def test_on_key_words_names_the_primitive_and_what_is_supported():
+    """Called with a primitive that does not move keys, it names it and lists those that do."""
+    closed = jax.make_jaxpr(lambda k: jax.lax.pad(k, jax.random.key(0), [(1, 0, 0)]))(
+        jax.random.split(jax.random.key(1), 2)
+    )
+    (pad,) = [eqn for eqn in closed.jaxpr.eqns if eqn.primitive.name == "pad"]
+    with pytest.raises(NotImplementedError) as refused:
+        on_key_words(pad, lambda *a, **k: None)
+    message = str(refused.value)
+    assert message.startswith("pad on PRNG key arrays (key<fry>) is not supported by the interpreter")
+    assert message.endswith(f"only {', '.join(sorted(KEY_LAYOUT))} move keys about there")
+
+
+@pytest.mark.parametrize(
+    ("primitive", "bit_width", "shape"),
+    [("random_bits", 32, (2**32,)), ("random_bits", 8, (2**34,)), ("random_split", None, (2**31,))],
+)
+def test_draws_past_the_original_layouts_word_limit_are_refused(primitive, bit_width, shape):
+    """With jax_threefry_partitionable off, 2**32 - 1 words per key or more are refused before hashing."""
+    draw = _random_split if bit_width is None else functools.partial(_random_bits, bit_width=bit_width)
+    params = f"shape={shape}" if bit_width is None else f"bit_width={bit_width} shape={shape}"
+    keys = KeyArray(np.zeros((2,), np.uint32))
+    with counter_layout(False), pytest.raises(NotImplementedError) as refused:
+        draw(keys, shape=shape)
+    assert str(refused.value) == (
+        f"{primitive}: {params} needs {2**32} threefry words per key with jax_threefry_partitionable off, "
+        f"more than the interpreter's limit of {2**32 - 2}; turn jax_threefry_partitionable on "
+        "(JAX's default) or draw fewer"
+    )
+
+
+@pytest.mark.parametrize("partitionable", [True, False])
+def test_draw_limits_are_inclusive_where_jax_changes_layout(monkeypatch, partitionable):
+    """At the limit a draw runs (equal to XLA); one more word or counter is refused.
+
+    The real limits (2**32 - 1 words, 2**32 counters) need 16 GiB arrays to reach, so they are
+    lowered here: with 7 words allowed (the original layout) 6 are drawn and 7 refused, as JAX
+    switches layout at `max_count >= 2**32 - 1`; with 6 counters (partitionable) 6 run and 7 are refused.
+    """
+    monkeypatch.setattr(prng, "_MAX_WORDS", 7)
+    monkeypatch.setattr(prng, "_MAX_COUNTS", 6)
+    key = jax.random.key(8)
+    with counter_layout(partitionable):
+        check(lambda k: jax.random.bits(k, (6,)), key, expect="random_bits")
+        check(lambda k: jax.random.split(k, 3), key, expect="random_split")
+        refused = (
+            r"random_bits: shape=\(7,\) has 7 elements, more than the interpreter's limit of 6"
+            if partitionable
+            else r"random_bits: bit_width=32 shape=\(7,\) needs 7 threefry words per key"
+        )
+        with pytest.raises(NotImplementedError, match=refused):
+            Interpreter(jax.make_jaxpr(lambda k: jax.random.bits(k, (7,)))(key))(key)
+    with pytest.raises(NotImplementedError, match=r"iota_2x32_shape: shape=\(7,\) has 7 elements"):
+        prng.iota_2x32((7,))
+    with counter_layout(True), pytest.raises(NotImplementedError, match=r"random_split: shape=\(7,\) has 7"):
+        Interpreter(jax.make_jaxpr(lambda k: jax.random.split(k, 7))(key))(key)
 
 
 # ---- end to end: JAX's samplers and a train step -----------------------------------------------

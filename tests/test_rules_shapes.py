@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from jax import lax
 from oracle import ALL_DTYPES, CASES_RUN, FLOATS, INTEGERS, RULE_SETTINGS, arrays, primitives, shapes, x64
 
-from gradlanes.program.interpreter import Interpreter
+from gradlanes.program.interpreter import RULES, Interpreter
 from gradlanes.program.rules import elementwise
 from gradlanes.run.numerics import FLOAT32_U, probabilistic_bound
 
@@ -279,6 +279,40 @@ def test_data_movement(data):
         check_exact(lambda a, v: [op(a, v) for op in ops], x, value, expect=expect)
 
 
+@pytest.mark.parametrize("dtype", [BF16, np.float16], ids=str)
+@pytest.mark.parametrize("count", [4_097, 10_000])
+def test_16_bit_sums_of_many_terms_stay_within_the_pairwise_bound(dtype, count):
+    """Summed term by term in bfloat16, 4,097 halves stall at 128 (0.5 is under half an ulp of 256);
+    XLA and the rule sum in a tree, whose error is at most ceil(log2 n) roundings of u * sum|x|
+    (u: half an ulp of 1), the bound both must meet."""
+    x = np.full(count, 0.5, dtype)
+    exact = 0.5 * count
+    bound = math.ceil(math.log2(count)) * UNIT[np.dtype(dtype)] * exact
+    closed = jax.make_jaxpr(lambda a: lax.reduce_sum(a, (0,)))(x)
+    (got,) = Interpreter(closed)(x)
+    want = jax.jit(lambda a: lax.reduce_sum(a, (0,)))(x)
+    assert abs(float(want) - exact) <= bound
+    assert abs(float(got) - exact) <= bound, (float(got), exact, bound)
+
+
+def test_reshape_with_dimensions_transposes_first_as_xla():
+    """lax.reshape(x, sizes, dimensions) keeps `dimensions` in the jaxpr when it is not the identity."""
+    x = np.arange(24, dtype=np.int32).reshape(2, 3, 4)
+    program = lambda a: lax.reshape(a, (4, 6), dimensions=(2, 0, 1))  # noqa: E731
+    closed = jax.make_jaxpr(program)(x)
+    (reshape,) = [eqn for eqn in closed.jaxpr.eqns if eqn.primitive.name == "reshape"]
+    assert tuple(reshape.params["dimensions"]) == (2, 0, 1)
+    check_exact(program, x, expect="reshape")
+
+
+def test_rev_of_no_dimensions_is_the_operand():
+    x = np.arange(6, dtype=np.int32).reshape(2, 3)
+    closed = jax.make_jaxpr(lambda a: lax.rev(a, ()))(x)
+    assert [eqn.primitive.name for eqn in closed.jaxpr.eqns] == ["rev"]
+    (got,) = Interpreter(closed)(x)
+    np.testing.assert_array_equal(got, x, strict=True)
+
+
 @settings(parent=RULE_SETTINGS, max_examples=15)
 @given(st.data())
 def test_iota(data):
@@ -492,6 +526,22 @@ def test_sort(data):
             assert_identical(w, g, f"unstable sort output {index}")
         for w, g in zip(_leaves(jax.jit(unstable)(*operands))[:num_keys], got[:num_keys], strict=True):
             np.testing.assert_array_equal(_canonical_keys(g), _canonical_keys(w))
+
+
+@pytest.mark.parametrize("dimension", [0, 1, 2])
+def test_sort_along_each_dimension_permutes_every_operand_along_it(dimension):
+    """Two keys and a payload of shape (3, 4, 5), sorted along each axis in turn (not only the last)."""
+    rng = np.random.default_rng(dimension)
+    first = rng.integers(0, 3, size=(3, 4, 5)).astype(np.int32)
+    second = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    payload = np.arange(60, dtype=np.int32).reshape(3, 4, 5)
+    program = lambda a, b, c: lax.sort((a, b, c), dimension=dimension, num_keys=2)  # noqa: E731
+    check_exact(program, first, second, payload, expect="sort")
+
+
+def test_sort_refuses_more_keys_than_operands():
+    with pytest.raises(NotImplementedError, match=r"^sort: num_keys=3 with 2 operand\(s\)$"):
+        RULES["sort"](np.zeros(3), np.zeros(3), dimension=0, num_keys=3)
 
 
 def test_sort_orders_nans_last_zeros_together_and_flushes_subnormals():

@@ -30,6 +30,7 @@ files and renamed, so a failed or interrupted run leaves the last ones intact.
 from __future__ import annotations
 
 import argparse
+import ast
 import collections
 import hashlib
 import json
@@ -79,6 +80,33 @@ def listed_modules(pyproject: Path = REPO / "pyproject.toml") -> dict[str, str]:
 
 def source_sha256(file: str) -> str:
     return hashlib.sha256((REPO / file).read_bytes()).hexdigest()
+
+
+def unmutated_functions(file: str) -> list[str]:
+    """Functions mutmut leaves unmutated: every decorated one but @staticmethod/@classmethod.
+
+    mutmut wraps each function in a trampoline that picks the mutant at call time, and it does
+    not do so for decorated functions (the decorator runs at import: @property, @rule(...),
+    @contextmanager...). Their bodies are in no mutation score; the report lists them.
+    """
+    tree = ast.parse((REPO / file).read_text())
+    found = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                plain = all(
+                    isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod")
+                    for d in child.decorator_list
+                )
+                if not plain:
+                    found.append(f"{prefix}{child.name}")
+                visit(child, f"{prefix}{child.name}.")
+
+    visit(tree, "")
+    return found
 
 
 def module_of(mutant: str) -> str:
@@ -289,8 +317,10 @@ def render(
     current: dict[str, str],
     equivalent: dict[str, str],
     named: list[NamedMutant],
+    unmutated: dict[str, list[str]] | None = None,
 ) -> Verdict:
-    """mutation.md from the record; `current` is each listed module's source SHA-256 now."""
+    """mutation.md from the record; `current` is each listed module's source SHA-256 now and
+    `unmutated` its functions mutmut does not mutate (`unmutated_functions`)."""
     lines = [
         "# Mutation testing",
         "",
@@ -347,6 +377,17 @@ def render(
             "  ```diff",
             *(f"  {line}" for line in found["diff"].splitlines()),
             "  ```",
+            "",
+        ]
+    skipped = {module: names for module, names in sorted((unmutated or {}).items()) if names}
+    if skipped:
+        lines += [
+            "## Not mutated",
+            "",
+            "mutmut does not mutate decorated functions (other than static and class methods): "
+            "their bodies are in no score above.",
+            "",
+            *(f"- `{module}`: " + ", ".join(f"`{n}`" for n in names) for module, names in skipped.items()),
             "",
         ]
     lines += [
@@ -430,7 +471,8 @@ def main(argv: list[str] | None = None) -> int:
         record.named = {name: test for name, test in record.named.items() if name in {m.name for m in named}}
         write_text(RECORD, record.dumps())
     current = {module: source_sha256(file) for module, file in listed.items()}
-    verdict = render(record, listed, current, load_equivalent(), named)
+    unmutated = {module: unmutated_functions(file) for module, file in listed.items()}
+    verdict = render(record, listed, current, load_equivalent(), named, unmutated)
     write_text(REPORT, verdict.text)
     print(verdict.text)
     return 0 if verdict.ok else 1

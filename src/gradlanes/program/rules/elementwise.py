@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import enum
+import functools
 import math
 import platform
 import sys
@@ -145,40 +146,39 @@ def _check_accuracy(name: str, accuracy) -> None:
         )
 
 
+# Rules shared by several primitives are module-level functions bound per primitive with
+# functools.partial, not closures made at import: mutation testing (tools/mutation.py) can then
+# map each rule's mutants to the tests that run it. The registering lines run at import only and
+# are exercised by every rule test, so they are not mutated.
+def _float(*xs, primitive: str, wide, narrow=None, accuracy=None, **_):
+    """A float primitive: `wide` on float32/float64, `narrow` (default: `wide` in float32, rounded
+    once) on float16/bfloat16."""
+    _check_accuracy(primitive, accuracy)
+    dtype = xs[0].dtype
+    if dtype.kind == "f" and dtype.itemsize >= 4:
+        return wide(*xs)
+    if dtype in _NARROW:
+        return narrow(*xs) if narrow is not None else _narrow_in_f32(wide, dtype, *xs)
+    raise _unsupported(primitive, dtype)
+
+
 def _float_rule(name: str, wide: Callable[..., np.ndarray], narrow: Callable[..., np.ndarray] | None = None):
-    """A rule for a float primitive: `wide` on float32/float64, `narrow` (default: `wide` in
-    float32, rounded once) on float16/bfloat16."""
-
-    def apply(*xs, accuracy=None, **_):
-        _check_accuracy(name, accuracy)
-        dtype = xs[0].dtype
-        if dtype.kind == "f" and dtype.itemsize >= 4:
-            return wide(*xs)
-        if dtype in _NARROW:
-            return narrow(*xs) if narrow is not None else _narrow_in_f32(wide, dtype, *xs)
-        raise _unsupported(name, dtype)
-
-    rule(name)(apply)
-    return apply
+    rule(name)(functools.partial(_float, primitive=name, wide=wide, narrow=narrow))  # pragma: no mutate
 
 
 # ---- arithmetic ---------------------------------------------------------------------------------
-def _arithmetic(name: str, ufunc: np.ufunc) -> None:
+def _arithmetic(x, y, *, primitive: str, ufunc: np.ufunc, **_):
     """+ - * on every dtype: one ufunc call for float32/float64 and integers (which wrap)."""
-
-    def apply(x, y, **_):
-        dtype = x.dtype
-        if (dtype.kind == "f" and dtype.itemsize >= 4) or dtype.kind in "iub":
-            return ufunc(x, y)
-        if dtype in _NARROW:
-            return _narrow_in_f32(ufunc, dtype, x, y)
-        raise _unsupported(name, dtype)
-
-    rule(name)(apply)
+    dtype = x.dtype
+    if (dtype.kind == "f" and dtype.itemsize >= 4) or dtype.kind in "iub":
+        return ufunc(x, y)
+    if dtype in _NARROW:
+        return _narrow_in_f32(ufunc, dtype, x, y)
+    raise _unsupported(primitive, dtype)
 
 
 for _name, _ufunc in {"add": np.add, "add_any": np.add, "sub": np.subtract, "mul": np.multiply}.items():
-    _arithmetic(_name, _ufunc)
+    rule(_name)(functools.partial(_arithmetic, primitive=_name, ufunc=_ufunc))
 
 
 def _integer_quotient_and_remainder(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -227,7 +227,6 @@ def _float_divide(x, y, multiply=np.multiply, divide=np.true_divide):
     return multiply(x, reciprocal)
 
 
-@rule("div")
 def _div(x, y, **_):
     dtype = x.dtype
     if dtype.kind == "f" and dtype.itemsize >= 4:
@@ -242,7 +241,9 @@ def _div(x, y, **_):
     raise _unsupported("div", dtype)
 
 
-@rule("rem")
+rule("div")(_div)
+
+
 def _rem(x, y, **_):
     dtype = x.dtype
     if _is_float(dtype):
@@ -251,6 +252,9 @@ def _rem(x, y, **_):
         _, remainder, by_zero = _integer_quotient_and_remainder(x, y)
         return np.where(by_zero, x, remainder)
     raise _unsupported("rem", dtype)
+
+
+rule("rem")(_rem)
 
 
 def _scalar_value(x: np.ndarray) -> float | None:
@@ -272,52 +276,55 @@ def _broadcast_scalar(x: np.ndarray) -> np.ndarray | None:
     return None
 
 
-def _extremum(name: str, ufunc: np.ufunc, zero_tie: Callable[[np.ndarray, np.ndarray], np.ndarray]):
+def _extremum(x, y, *, primitive: str, ufunc: np.ufunc, zero_tie: Callable[..., np.ndarray], **_):
     """max/min: NaN if either is NaN (as np.maximum), and -0.0 < +0.0 (np.maximum returns
     whichever zero its kernel happens to keep). `zero_tie(x, y)` is XLA's result where x and y
     are zeros of either sign: x + y for max (+0 unless both are -0), -(-x - y) for min.
     """
-
-    def apply(x, y, **_):
-        dtype = x.dtype
-        if not _is_float(dtype):
-            if dtype.kind in "iub":
-                return ufunc(x, y)
-            raise _unsupported(name, dtype)
-        if dtype in _NARROW:
-            return _narrow_in_f32(apply, dtype, x, y)
-        value = _scalar_value(y)
-        if value is not None:
-            if value != 0:  # NaN too: no zero can tie with a nonzero constant
-                return ufunc(x, y)
-            if name == "max" and math.copysign(1.0, value) > 0:
-                # max(x, +0.0), ReLU's forward: NumPy's float kernels return the second operand
-                # on a tie (tests/test_rules_elementwise.py checks it), +0.0, XLA's answer.
-                return ufunc(x, y)
-        value = _scalar_value(x)
-        if value is not None:
-            if value != 0:
-                return ufunc(x, y)
-            if name == "max" and math.copysign(1.0, value) > 0:
-                return ufunc(y, x)
-        result = np.array(ufunc(x, y), copy=None)
-        zeros = result == 0
-        if zeros.any():
-            ties = zeros & (x == y)  # both operands zeros, or subnormals that compare as zeros
-            np.copyto(result, zero_tie(x, y), where=ties)
-        return result
-
-    return rule(name)(apply)
+    dtype = x.dtype
+    if not _is_float(dtype):
+        if dtype.kind in "iub":
+            return ufunc(x, y)
+        raise _unsupported(primitive, dtype)
+    if dtype in _NARROW:
+        same = functools.partial(_extremum, primitive=primitive, ufunc=ufunc, zero_tie=zero_tie)
+        return _narrow_in_f32(same, dtype, x, y)
+    value = _scalar_value(y)
+    if value is not None:
+        if value != 0:  # NaN too: no zero can tie with a nonzero constant
+            return ufunc(x, y)
+        if primitive == "max" and math.copysign(1.0, value) > 0:
+            # max(x, +0.0), ReLU's forward: NumPy's float kernels return the second operand
+            # on a tie (tests/test_rules_elementwise.py checks it), +0.0, XLA's answer.
+            return ufunc(x, y)
+    value = _scalar_value(x)
+    if value is not None:
+        if value != 0:
+            return ufunc(x, y)
+        if primitive == "max" and math.copysign(1.0, value) > 0:
+            return ufunc(y, x)
+    result = np.array(ufunc(x, y), copy=None)
+    zeros = result == 0
+    if zeros.any():
+        ties = zeros & (x == y)  # both operands zeros, or subnormals that compare as zeros
+        np.copyto(result, zero_tie(x, y), where=ties)
+    return result
 
 
-_max = _extremum("max", np.maximum, np.add)
-_min = _extremum("min", np.minimum, lambda x, y: np.negative(np.subtract(np.negative(x), y)))
+def _min_zero_tie(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return np.negative(np.subtract(np.negative(x), y))
 
 
-@rule("clamp")
+_max = rule("max")(functools.partial(_extremum, primitive="max", ufunc=np.maximum, zero_tie=np.add))
+_min = rule("min")(functools.partial(_extremum, primitive="min", ufunc=np.minimum, zero_tie=_min_zero_tie))
+
+
 def _clamp(low, x, high, **_):
     """XLA's clamp is min(max(x, low), high) with its max and min (low > high gives high)."""
     return _min(_max(x, low), high)
+
+
+rule("clamp")(_clamp)
 
 
 def _integer_pow_chain(x: np.ndarray, y: int, multiply, divide) -> np.ndarray:
@@ -341,7 +348,6 @@ def _in_dtype(ufunc: np.ufunc, dtype: np.dtype) -> Callable[..., np.ndarray]:
     return ufunc
 
 
-@rule("integer_pow")
 def _integer_pow(x, *, y, **_):
     x = np.asarray(x)
     if not (_is_float(x.dtype) or x.dtype.kind in "iu"):
@@ -352,12 +358,16 @@ def _integer_pow(x, *, y, **_):
     return _integer_pow_chain(x, y, _in_dtype(multiply, x.dtype), _in_dtype(divide, x.dtype))
 
 
-@rule("square")
+rule("integer_pow")(_integer_pow)
+
+
 def _square(x, **_):
     return _in_dtype(np.multiply, x.dtype)(x, x)
 
 
-@rule("pow")
+rule("square")(_square)
+
+
 def _pow(x, y, *, accuracy=None, **_):
     """x**y; an integer exponent is first converted to x's dtype, as JAX's lowering does."""
     _check_accuracy("pow", accuracy)
@@ -367,6 +377,9 @@ def _pow(x, y, *, accuracy=None, **_):
     if y.dtype != x.dtype:
         y = _convert(y, new_dtype=x.dtype)
     return _in_dtype(_flush_subnormal_inputs(_power), x.dtype)(x, y)
+
+
+rule("pow")(_pow)
 
 
 def _power(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -383,7 +396,6 @@ def _power(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.power(flat_x, flat_y)[:size].reshape(shape)
 
 
-@rule("mulhi")
 def _mulhi(x, y, **_):
     """The high half of the double-width product, signed or unsigned as the operands are."""
     x, y = np.asarray(x), np.asarray(y)
@@ -406,6 +418,9 @@ def _mulhi(x, y, **_):
     return np.asarray(high, u64).view(dtype)
 
 
+rule("mulhi")(_mulhi)
+
+
 # ---- sign, rounding, bits of floats -----------------------------------------------------------
 def _on_sign_bit(name: str, x, native, on_bits):
     """`native` where NumPy's float op already acts on the sign bit alone (integers, and float32/64
@@ -419,19 +434,22 @@ def _on_sign_bit(name: str, x, native, on_bits):
     raise _unsupported(name, x.dtype)
 
 
-@rule("neg")
 def _neg(x, **_):
     """Floats: the sign bit flipped (XLA's fneg keeps subnormals and NaN payloads); integers wrap."""
     return _on_sign_bit("neg", x, np.negative, np.bitwise_xor)
 
 
-@rule("abs")
+rule("neg")(_neg)
+
+
 def _abs(x, **_):
     """Floats: the sign bit cleared (as XLA's fabs); signed integers: INT_MIN stays INT_MIN."""
     return _on_sign_bit("abs", x, np.abs, lambda bits, sign: np.bitwise_and(bits, ~sign))
 
 
-@rule("sign")
+rule("abs")(_abs)
+
+
 def _sign(x, **_):
     """Floats: ±1, ±0.0 kept with its sign, NaN kept; integers: -1/0/1 (unsigned: 0/1)."""
     x = np.asarray(x)
@@ -442,13 +460,15 @@ def _sign(x, **_):
     return _in_dtype(lambda v: np.copysign(np.sign(v), v), x.dtype)(x)
 
 
+rule("sign")(_sign)
+
+
 def _round_half_away(x: np.ndarray) -> np.ndarray:
     """C's round(): halves away from zero. x - trunc(x) is exact, so the test is too."""
     whole = np.trunc(x)
     return np.where(np.abs(x - whole) >= 0.5, whole + np.copysign(x.dtype.type(1), x), whole)
 
 
-@rule("round")
 def _round(x, *, rounding_method, **_):
     method = int(rounding_method)
     if method not in (0, 1):
@@ -456,12 +476,14 @@ def _round(x, *, rounding_method, **_):
     return _in_dtype(_round_half_away if method == 0 else np.rint, x.dtype)(np.asarray(x))
 
 
+rule("round")(_round)
+
+
 _float_rule("floor", np.floor)
 _float_rule("ceil", np.ceil)
 _float_rule("is_finite", np.isfinite, lambda x: np.isfinite(np.asarray(x).astype(_F32)))
 
 
-@rule("nextafter", exact_dtypes=True)
 def _nextafter(x, y, **_):
     """XLA's next_after: steps x's bits toward y; x == y (a float compare, which flushes
     subnormals) returns y, NaN in either gives NaN, and from ±0 the step is the smallest
@@ -488,7 +510,9 @@ def _nextafter(x, y, **_):
     return np.asarray(result, bits).view(dtype)
 
 
-@rule("reduce_precision")
+rule("nextafter", exact_dtypes=True)(_nextafter)
+
+
 def _reduce_precision(x, *, exponent_bits, mantissa_bits, **_):
     """XLA's bit-level rounding to a narrower format: mantissa to nearest-even, exponent overflow
     to ±inf, underflow (subnormals of the narrow format included) to ±0, NaN kept."""
@@ -525,23 +549,26 @@ def _reduce_precision(x, *, exponent_bits, mantissa_bits, **_):
     return np.where(is_nan, x, result)  # NaNs pass through unchanged, payload and all
 
 
+rule("reduce_precision")(_reduce_precision)
+
+
 # ---- transcendental functions -----------------------------------------------------------------
-def _keep_subnormal_inputs(ufunc: np.ufunc) -> Callable[[np.ndarray], np.ndarray]:
-    """`ufunc`, except that in XLA's float environment subnormal inputs come back unchanged, as
+def _keeping_subnormal_inputs(x: np.ndarray, *, ufunc: np.ufunc) -> np.ndarray:
+    """`ufunc(x)`, except that in XLA's float environment subnormal inputs come back unchanged, as
     XLA's sin, tanh and expm1 kernels return them (f(x) = x to within rounding there), where
     NumPy's vector kernels flush them. (Outside it NumPy returns them already.)"""
-
-    def apply(x):
-        result = ufunc(x)
-        if not _Mode.flushing:
-            return result
-        result = np.array(result, copy=None)
-        tiny = np.abs(x) < np.finfo(x.dtype).smallest_normal
-        if tiny.any():
-            np.copyto(result, x, where=tiny)
+    result = ufunc(x)
+    if not _Mode.flushing:
         return result
+    result = np.array(result, copy=None)
+    tiny = np.abs(x) < np.finfo(x.dtype).smallest_normal
+    if tiny.any():
+        np.copyto(result, x, where=tiny)
+    return result
 
-    return apply
+
+def _keep_subnormal_inputs(ufunc: np.ufunc) -> Callable[[np.ndarray], np.ndarray]:
+    return functools.partial(_keeping_subnormal_inputs, ufunc=ufunc)  # pragma: no mutate
 
 
 def _flushed(x: np.ndarray) -> np.ndarray:
@@ -549,7 +576,7 @@ def _flushed(x: np.ndarray) -> np.ndarray:
     return np.multiply(x, x.dtype.type(1)) if _Mode.flushing else x
 
 
-def _flush_subnormal_inputs(ufunc: np.ufunc) -> Callable[..., np.ndarray]:
+def _of_flushed_operands(*xs: np.ndarray, ufunc: np.ufunc) -> np.ndarray:
     """`ufunc` of its operands flushed as XLA's arithmetic reads them.
 
     log1p: XLA's kernel flushes tiny inputs (glibc's log1pf returns them as they are). cbrt, pow,
@@ -559,7 +586,11 @@ def _flush_subnormal_inputs(ufunc: np.ufunc) -> Callable[..., np.ndarray]:
     own results there are artifacts of its kernels (the same -5.6e-16; pow(-129, 1e-39) NaN,
     pow(1e-39, 0.5) = 2^-75), so the rule defines one answer for every machine: the function of
     the flushed operands, as XLA's arithmetic would see them."""
-    return lambda *xs: ufunc(*(_flushed(x) for x in xs))
+    return ufunc(*(_flushed(x) for x in xs))
+
+
+def _flush_subnormal_inputs(ufunc: np.ufunc) -> Callable[..., np.ndarray]:
+    return functools.partial(_of_flushed_operands, ufunc=ufunc)  # pragma: no mutate
 
 
 _float_rule("exp", np.exp)
@@ -719,9 +750,13 @@ def _flushing_results(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray
     return lambda *xs: _flush(fn(*xs))
 
 
-def _in_float32(formula: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
+def _computed_in_float32(x: np.ndarray, *, formula: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
     """A formula that chlo evaluates in float32 for float16/bfloat16, rounding only its result."""
-    return lambda x: _narrow_in_f32(formula, x.dtype, x) if x.dtype in _NARROW else formula(x)
+    return _narrow_in_f32(formula, x.dtype, x) if x.dtype in _NARROW else formula(x)
+
+
+def _in_float32(formula: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
+    return functools.partial(_computed_in_float32, formula=formula)  # pragma: no mutate
 
 
 for _name, _formula in {
@@ -740,13 +775,10 @@ for _name, _formula in {
 
 
 # ---- comparisons --------------------------------------------------------------------------------
-def _comparison(name: str, ufunc: np.ufunc) -> None:
-    def apply(x, y, **_):
-        if x.dtype == BFLOAT16:  # compared in float32, as XLA does (where subnormals flush)
-            return ufunc(np.asarray(x).astype(_F32), np.asarray(y).astype(_F32))
-        return ufunc(x, y)
-
-    rule(name)(apply)
+def _comparison(x, y, *, ufunc: np.ufunc, **_):
+    if x.dtype == BFLOAT16:  # compared in float32, as XLA does (where subnormals flush)
+        return ufunc(np.asarray(x).astype(_F32), np.asarray(y).astype(_F32))
+    return ufunc(x, y)
 
 
 for _name, _ufunc in {
@@ -757,7 +789,7 @@ for _name, _ufunc in {
     "gt": np.greater,
     "ge": np.greater_equal,
 }.items():
-    _comparison(_name, _ufunc)
+    rule(_name)(functools.partial(_comparison, ufunc=_ufunc))
 
 
 def _total_order_key(x: np.ndarray) -> np.ndarray:
@@ -770,34 +802,35 @@ def _total_order_key(x: np.ndarray) -> np.ndarray:
     return value ^ ((value >> bits.type(8 * x.dtype.itemsize - 1)) & np.iinfo(bits).max)
 
 
+def _total_order_comparison(x, y, *, ufunc: np.ufunc, **_):
+    return ufunc(_total_order_key(x), _total_order_key(y))
+
+
 for _name, _ufunc in {"eq_to": np.equal, "le_to": np.less_equal, "lt_to": np.less}.items():
-    rule(_name)(lambda x, y, _ufunc=_ufunc, **_: _ufunc(_total_order_key(x), _total_order_key(y)))
+    rule(_name)(functools.partial(_total_order_comparison, ufunc=_ufunc))
 
 
 # ---- bitwise and logical ------------------------------------------------------------------------
-def _bitwise(name: str, ufunc: np.ufunc) -> None:
+def _bitwise(x, y, *, primitive: str, ufunc: np.ufunc, **_):
     """and/or/xor: bitwise on integers, logical on booleans (NumPy's bitwise ufuncs are both)."""
-
-    def apply(x, y, **_):
-        if x.dtype.kind not in "iub":
-            raise _unsupported(name, x.dtype)
-        return ufunc(x, y)
-
-    rule(name)(apply)
+    if x.dtype.kind not in "iub":
+        raise _unsupported(primitive, x.dtype)
+    return ufunc(x, y)
 
 
 for _name, _ufunc in {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}.items():
-    _bitwise(_name, _ufunc)
+    rule(_name)(functools.partial(_bitwise, primitive=_name, ufunc=_ufunc))
 
 
-@rule("not")
 def _not(x, **_):
     if x.dtype.kind not in "iub":
         raise _unsupported("not", x.dtype)
     return np.invert(x)  # ~x on integers, logical not on booleans
 
 
-@rule("population_count")
+rule("not")(_not)
+
+
 def _population_count(x, **_):
     x = np.asarray(x)
     if x.dtype.kind not in "iu":
@@ -805,7 +838,9 @@ def _population_count(x, **_):
     return np.bitwise_count(x.view(_bits_of(x.dtype))).astype(x.dtype)
 
 
-@rule("clz")
+rule("population_count")(_population_count)
+
+
 def _clz(x, **_):
     """Leading zero bits, by halving the search width (a loop over log2(width) steps)."""
     x = np.asarray(x)
@@ -825,31 +860,33 @@ def _clz(x, **_):
     return count - (rest != 0).astype(x.dtype)
 
 
-def _shift(name: str, view_signed: bool | None) -> None:
+rule("clz")(_clz)
+
+
+def _shift(x, y, *, primitive: str, view_signed: bool | None, **_):
     """Shifts with XLA's out-of-range rule (an amount >= the width, or negative, gives 0, or the
     sign for an arithmetic shift), which NumPy's shift kernels share. A logical right shift of a
-    signed type shifts its unsigned view; an arithmetic one of an unsigned type its signed view."""
+    signed type shifts its unsigned view; an arithmetic one of an unsigned type its signed view.
+    `view_signed` None is the left shift."""
     ufunc = np.left_shift if view_signed is None else np.right_shift
-
-    def apply(x, y, **_):
-        x, y = np.asarray(x), np.asarray(y)
-        if x.dtype.kind not in "iu":
-            raise _unsupported(name, x.dtype)
-        if view_signed is None or (x.dtype.kind == "i") == view_signed:
-            return ufunc(x, y.view(x.dtype))
-        view = _bits_of(x.dtype, signed=view_signed)
-        return ufunc(x.view(view), y.view(view)).view(x.dtype)
-
-    rule(name)(apply)
+    x, y = np.asarray(x), np.asarray(y)
+    if x.dtype.kind not in "iu":
+        raise _unsupported(primitive, x.dtype)
+    if view_signed is None or (x.dtype.kind == "i") == view_signed:
+        return ufunc(x, y.view(x.dtype))
+    view = _bits_of(x.dtype, signed=view_signed)
+    return ufunc(x.view(view), y.view(view)).view(x.dtype)
 
 
-_shift("shift_left", None)
-_shift("shift_right_logical", False)
-_shift("shift_right_arithmetic", True)
+for _name, _view_signed in {
+    "shift_left": None,
+    "shift_right_logical": False,
+    "shift_right_arithmetic": True,
+}.items():
+    rule(_name)(functools.partial(_shift, primitive=_name, view_signed=_view_signed))
 
 
 # ---- conversions --------------------------------------------------------------------------------
-@rule("convert_element_type")
 def _convert(x, *, new_dtype, **_):
     x = np.asarray(x)
     new_dtype = np.dtype(new_dtype)
@@ -871,6 +908,9 @@ def _convert(x, *, new_dtype, **_):
     return x.astype(new_dtype)
 
 
+rule("convert_element_type")(_convert)
+
+
 def _float_to_integer(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """Truncation toward zero, saturating at the integer range; NaN -> 0 (XLA's fptosi/fptoui)."""
     if x.dtype in _NARROW:
@@ -886,7 +926,6 @@ def _float_to_integer(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return np.where(above, dtype.type(info.max), result)
 
 
-@rule("bitcast_convert_type", exact_dtypes=True)
 def _bitcast_convert_type(x, *, new_dtype, **_):
     """The same bits as another dtype: equal widths keep the shape; a narrower dtype adds a last
     dimension (ratio of widths), a wider one consumes a last dimension of that size."""
@@ -909,6 +948,9 @@ def _bitcast_convert_type(x, *, new_dtype, **_):
     if x.size == 0:
         return np.empty(shape, new_dtype)
     return x.reshape(-1).view(new_dtype).reshape(shape)
+
+
+rule("bitcast_convert_type", exact_dtypes=True)(_bitcast_convert_type)
 
 
 # ---- selection and identities -----------------------------------------------------------------
@@ -945,7 +987,6 @@ def _is_positive_zero(x: np.ndarray) -> bool:
     return value is not None and not value.view(_bits_of(x.dtype)).any()
 
 
-@rule("select_n")
 def _select_n(which, *cases, **_):
     """cases[which]: a boolean `which` picks between two cases; an integer one indexes them, out
     of range clamped to the first or last case as XLA's tree of `which < k` selects does."""
@@ -961,6 +1002,9 @@ def _select_n(which, *cases, **_):
     if on_true.size >= _BITWISE_SELECT_MIN and _is_float(on_true.dtype) and on_false.dtype == on_true.dtype:
         return _bitwise_select(which, on_true, on_false)
     return np.where(which, on_true, on_false)
+
+
+rule("select_n")(_select_n)
 
 
 def _choose(which: np.ndarray, cases: list[np.ndarray]) -> np.ndarray:

@@ -259,22 +259,28 @@ def _window_params(params: dict) -> tuple:
     )
 
 
-@rule("reduce_window_sum")
 def _reduce_window_sum(operand, **params):
     operand = np.asarray(operand)
     return _fold_windows(operand, operand.dtype.type(0), "add", *_window_params(params))
 
 
-@rule("reduce_window_max")
+rule("reduce_window_sum")(_reduce_window_sum)
+
+
 def _reduce_window_max(operand, **params):
     operand = np.asarray(operand)
     return _fold_windows(operand, _lowest(operand.dtype), "max", *_window_params(params))
 
 
-@rule("reduce_window_min")
+rule("reduce_window_max")(_reduce_window_max)
+
+
 def _reduce_window_min(operand, **params):
     operand = np.asarray(operand)
     return _fold_windows(operand, _highest(operand.dtype), "min", *_window_params(params))
+
+
+rule("reduce_window_min")(_reduce_window_min)
 
 
 def _body_monoids(jaxpr, count: int) -> list[str]:
@@ -303,7 +309,6 @@ def _body_monoids(jaxpr, count: int) -> list[str]:
     return monoids
 
 
-@rule("reduce_window")
 def _reduce_window(*operands_and_inits, jaxpr, consts=(), **params):
     count = len(operands_and_inits) // 2
     if consts:
@@ -318,6 +323,9 @@ def _reduce_window(*operands_and_inits, jaxpr, consts=(), **params):
     return results
 
 
+rule("reduce_window")(_reduce_window)
+
+
 def _selector(select_prim) -> tuple[str, Callable]:
     name = getattr(select_prim, "name", str(select_prim))
     if name not in ("ge", "le"):
@@ -327,7 +335,6 @@ def _selector(select_prim) -> tuple[str, Callable]:
     return name, (np.greater_equal if name == "ge" else np.less_equal)
 
 
-@rule("select_and_scatter_add")
 def _select_and_scatter_add(source, operand, *, select_prim, window_dimensions, window_strides, padding, **_):
     source, operand = np.asarray(source), np.asarray(operand)
     name, select = _selector(select_prim)
@@ -353,6 +360,9 @@ def _select_and_scatter_add(source, operand, *, select_prim, window_dimensions, 
         for offset, mask in zip(offsets[::-1], chosen[::-1], strict=True):
             out[_offset_slices(counts, offset, strides)] += _masked(source, mask)
     return _unspread(out, padding, operand.shape)
+
+
+rule("select_and_scatter_add")(_select_and_scatter_add)
 
 
 def _selected(view: np.ndarray, operand: np.ndarray, offsets: list, name: str, select) -> list[np.ndarray]:
@@ -403,7 +413,6 @@ def _masked(values: np.ndarray, mask: np.ndarray, out: np.ndarray | None = None)
     return np.multiply(values, mask, out=out, dtype=values.dtype)
 
 
-@rule("select_and_gather_add")
 def _select_and_gather_add(
     tangents,
     operand,
@@ -443,6 +452,9 @@ def _select_and_gather_add(
     return best_value
 
 
+rule("select_and_gather_add")(_select_and_gather_add)
+
+
 # ---- convolution --------------------------------------------------------------------------------
 def _conv_dtypes(dtype: np.dtype, preferred) -> tuple[np.dtype, np.dtype]:
     """(result dtype, dtype the products and sums are computed in) of a convolution.
@@ -461,7 +473,6 @@ def _conv_dtypes(dtype: np.dtype, preferred) -> tuple[np.dtype, np.dtype]:
     return out, np.dtype(np.uint64)
 
 
-@rule("conv_general_dilated")
 def _conv_general_dilated(
     lhs,
     rhs,
@@ -499,6 +510,9 @@ def _conv_general_dilated(
     else:
         result = canonical.astype(out_dtype, copy=False)
     return np.transpose(result, np.argsort(out_spec))
+
+
+rule("conv_general_dilated")(_conv_general_dilated)
 
 
 def _convolve(x, w, strides, padding, lhs_dilation, rhs_dilation, feature_groups, batch_groups):
