@@ -74,19 +74,33 @@ def entry(statuses: dict[str, int], survivors=(), sha="a" * 64) -> mutation.Modu
     )  # fmt: skip
 
 
-def test_unmutated_functions_are_the_decorated_ones(tmp_path, monkeypatch):
+def test_no_rule_of_the_interpreter_escapes_mutation():
+    """Rules register with a call after their def, not a decorator, so that mutmut mutates them."""
+    listed = mutation.listed_modules()
+    rules = {m: f for m, f in listed.items() if m.startswith("gradlanes.program.rules.")}
+    assert rules, "no interpreter rule module is listed in [tool.mutmut]"
+    allowed = {"KeyArray.key_shape", "KeyArray.shape", "KeyArray.ndim", "KeyArray.impl_name"}
+    escaped = {m: set(mutation.unmutated_functions(f)) - allowed for m, f in rules.items()}
+    assert not any(escaped.values()), f"decorated, so never mutated: {escaped}"
+
+
+def test_unmutated_functions_are_the_decorated_ones_and_lambdas_outside_functions(tmp_path, monkeypatch):
     monkeypatch.setattr(mutation, "REPO", tmp_path)
     (tmp_path / "m.py").write_text(
         "import functools\n"
-        "def plain(): pass\n"
+        "def plain(): return lambda: 0\n"
         "@functools.cache\ndef cached(): pass\n"
         "class A:\n"
         "    @property\n    def p(self): pass\n"
         "    @staticmethod\n    def s(): pass\n"
         "    @classmethod\n    def c(cls): pass\n"
         "    def m(self):\n        @rule('x')\n        def inner(): pass\n"
+        "    key = lambda self: 1\n"
+        "TABLE = {'a': (len, lambda x: x)}\n"
     )
-    assert mutation.unmutated_functions("m.py") == ["cached", "A.p", "A.m.inner"]
+    assert mutation.unmutated_functions("m.py") == [
+        "cached", "A.p", "A.m.inner", "A.<lambda> (line 15)", "<lambda> (line 16)"
+    ]  # fmt: skip
     verdict = render(mutation.Record(), unmutated={"pkg.mod": ["A.p"], "pkg.other": []})
     assert "## Not mutated" in verdict.text and "- `pkg.mod`: `A.p`" in verdict.text
     assert "pkg.other" not in verdict.text.split("## Not mutated")[1].split("## Named")[0]

@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 from jax import lax
 from oracle import RULE_SETTINGS, SIGNED, arrays, check, check_widened, shapes, x64
 
+from gradlanes.program.jaxcompat import jaxpr_as_fun
+
 COVERED = {"scan", "while", "cond", "empty2"}
 
 #: Dtypes whose doubling and small-integer additions are exact (wrapping for integers, as XLA).
@@ -97,6 +99,29 @@ def test_switch_picks_the_branch_xla_picks_clamping_the_index(data, index, dtype
     value = data.draw(arrays(dtype, shapes(max_dims=2, max_side=3), finite=True))
     branches = [lambda x: x * x.dtype.type(2), lambda x: -x, lambda x: x + x.dtype.type(3)]
     check(lambda i, x: lax.switch(i, branches, x), np.int32(index), value, expect="cond")
+
+
+def test_while_with_constants_in_its_condition_and_its_body():
+    """Both nested jaxprs close over traced values: their constants lead the operands, cond's first."""
+    program = lambda limit, step, x: lax.while_loop(  # noqa: E731
+        lambda c: c[0] < limit, lambda c: (c[0] + step, c[1] * 2 + step), (np.int32(0), x)
+    )
+    closed = jax.make_jaxpr(program)(np.int32(7), np.int32(2), np.arange(3, dtype=np.int32))
+    (loop,) = [eqn for eqn in closed.jaxpr.eqns if eqn.primitive.name == "while"]
+    assert (loop.params["cond_nconsts"], loop.params["body_nconsts"]) == (1, 1)
+    for limit, step in ((7, 2), (0, 3), (5, 1)):
+        check(program, np.int32(limit), np.int32(step), np.arange(3, dtype=np.int32), expect="while")
+
+
+@pytest.mark.parametrize("index", [-5, -1, 0, 1, 2, 3, 9])
+def test_cond_bound_with_an_index_out_of_range_runs_the_last_branch_as_xla(index):
+    """lax.switch clamps its index; a cond bound without that clamp runs XLA's Conditional rule."""
+    branches = [lambda x: x + 1.0, lambda x: x * 2.0, lambda x: x - 5.0]
+    closed = jax.make_jaxpr(lambda i, x: lax.switch(i, branches, x))(np.int32(0), np.float32(3))
+    (cond,) = [eqn for eqn in closed.jaxpr.eqns if eqn.primitive.name == "cond"]
+    raw = closed.jaxpr.replace(eqns=[cond.replace(invars=[closed.jaxpr.invars[0], *cond.invars[1:]])])
+    unclamped = jaxpr_as_fun(closed.replace(jaxpr=raw))
+    check(lambda i, x: unclamped(i, x)[0], np.int32(index), np.float32(3), expect="cond")
 
 
 @given(pred=st.booleans())

@@ -513,10 +513,26 @@ def test_on_key_words_names_the_primitive_and_what_is_supported():
 
 @pytest.mark.parametrize(
     ("primitive", "bit_width", "shape"),
-    [("random_bits", 32, (2**32,)), ("random_bits", 8, (2**34,)), ("random_split", None, (2**31,))],
+    [
+        ("random_bits", 32, (2**32,)),
+        ("random_bits", 8, (2**34,)),
+        ("random_bits", 16, (2**33,)),
+        ("random_bits", 64, (2**31,)),
+        ("random_split", None, (2**31,)),
+    ],
 )
-def test_draws_past_the_original_layouts_word_limit_are_refused(primitive, bit_width, shape):
-    """With jax_threefry_partitionable off, 2**32 - 1 words per key or more are refused before hashing."""
+def test_draws_past_the_original_layouts_word_limit_are_refused(monkeypatch, primitive, bit_width, shape):
+    """With jax_threefry_partitionable off, 2**32 - 1 words per key or more are refused before hashing.
+
+    Counting that many words takes 16 GiB or more: a wrong word count that the limit lets through
+    must fail here, before any array of them is made, not exhaust the machine's memory."""
+    limit_check = prng._check_words
+
+    def refusing(words: int, *args) -> None:
+        limit_check(words, *args)
+        raise AssertionError(f"{primitive} {shape}: {words} words passed the limit check")
+
+    monkeypatch.setattr(prng, "_check_words", refusing)
     draw = _random_split if bit_width is None else functools.partial(_random_bits, bit_width=bit_width)
     params = f"shape={shape}" if bit_width is None else f"bit_width={bit_width} shape={shape}"
     keys = KeyArray(np.zeros((2,), np.uint32))

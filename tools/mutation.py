@@ -83,19 +83,22 @@ def source_sha256(file: str) -> str:
 
 
 def unmutated_functions(file: str) -> list[str]:
-    """Functions mutmut leaves unmutated: every decorated one but @staticmethod/@classmethod.
+    """Functions mutmut leaves unmutated: every decorated one but @staticmethod/@classmethod, and
+    every lambda outside a function.
 
     mutmut wraps each function in a trampoline that picks the mutant at call time, and it does
     not do so for decorated functions (the decorator runs at import: @property, @rule(...),
-    @contextmanager...). Their bodies are in no mutation score; the report lists them.
+    @contextmanager...) nor for code outside a function, a module-level lambda included (one
+    inside a function is mutated with it). Their bodies are in no mutation score; the report
+    lists them, a lambda by its line.
     """
     tree = ast.parse((REPO / file).read_text())
     found = []
 
-    def visit(node: ast.AST, prefix: str) -> None:
+    def visit(node: ast.AST, prefix: str, in_function: bool) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.ClassDef):
-                visit(child, f"{prefix}{child.name}.")
+                visit(child, f"{prefix}{child.name}.", in_function)
             elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
                 plain = all(
                     isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod")
@@ -103,9 +106,13 @@ def unmutated_functions(file: str) -> list[str]:
                 )
                 if not plain:
                     found.append(f"{prefix}{child.name}")
-                visit(child, f"{prefix}{child.name}.")
+                visit(child, f"{prefix}{child.name}.", True)
+            else:
+                if isinstance(child, ast.Lambda) and not in_function:
+                    found.append(f"{prefix}<lambda> (line {child.lineno})")
+                visit(child, prefix, in_function)
 
-    visit(tree, "")
+    visit(tree, "", False)
     return found
 
 

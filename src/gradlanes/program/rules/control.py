@@ -39,7 +39,6 @@ def _stacked(rows: list[Any], var, make_plan: PlanMaker) -> Any:
     return np.stack([np.asarray(row) for row in rows])
 
 
-@structured("scan")
 def _scan(eqn, make_plan: PlanMaker):
     params = eqn.params
     body = _plan_closed(make_plan, params["jaxpr"])
@@ -64,7 +63,9 @@ def _scan(eqn, make_plan: PlanMaker):
     return run, {}
 
 
-@structured("while")
+structured("scan")(_scan)
+
+
 def _while(eqn, make_plan: PlanMaker):
     params = eqn.params
     condition = _plan_closed(make_plan, params["cond_jaxpr"])
@@ -82,19 +83,28 @@ def _while(eqn, make_plan: PlanMaker):
     return run, {}
 
 
-@structured("cond")
+structured("while")(_while)
+
+
 def _cond(eqn, make_plan: PlanMaker):
     branches = [_plan_closed(make_plan, branch) for branch in eqn.params["branches"]]
-    last = len(branches) - 1
+    count = len(branches)
 
     def run(index, *operands):
-        # XLA runs the last branch for an index past the end, and lax.switch clamps below 0 too.
-        return branches[min(max(int(index), 0), last)](*operands)
+        # XLA's Conditional runs the last branch for any index outside [0, count), negative ones
+        # too (lax.switch clamps its index first; a cond bound by hand need not).
+        index = int(index)
+        return branches[index if 0 <= index < count else count - 1](*operands)
 
     return run, {}
 
 
-@rule("empty2")
+structured("cond")(_cond)
+
+
 def _empty2(*, dtype, **_):
     """A scalar whose value no result depends on (XLA lowers it to a zero constant)."""
     return np.zeros((), dtype)
+
+
+rule("empty2")(_empty2)

@@ -70,11 +70,13 @@ def _along(size: int, axis: int, rank: int) -> np.ndarray:
 
 
 # ---- gather ----------------------------------------------------------------------------------
-@rule("gather")
 def _gather(operand, indices, *, dimension_numbers, slice_sizes, mode, fill_value=None, **_):
     indices = np.asarray(indices)
     slice_sizes = tuple(int(s) for s in slice_sizes)
     return _gather_values(np.asarray(operand), indices, dimension_numbers, slice_sizes, mode, fill_value)
+
+
+rule("gather")(_gather)
 
 
 def _gather_values(operand, indices, dnums, slice_sizes, mode, fill_value):
@@ -275,7 +277,6 @@ def _dynamic_starts(primitive: str, shape, sizes, starts) -> list[int]:
     ]
 
 
-@rule("dynamic_slice")
 def _dynamic_slice(operand, *starts, slice_sizes, **_):
     sizes = tuple(int(s) for s in slice_sizes)
     operand = np.asarray(operand)
@@ -283,10 +284,15 @@ def _dynamic_slice(operand, *starts, slice_sizes, **_):
     return operand[tuple(slice(b, b + s) for b, s in zip(begin, sizes, strict=True))]
 
 
-@rule("dynamic_update_slice")
+rule("dynamic_slice")(_dynamic_slice)
+
+
 def _dynamic_update_slice(operand, update, *starts, **_):
     operand, update = np.asarray(operand), np.asarray(update)
     begin = _dynamic_starts("dynamic_update_slice", operand.shape, update.shape, starts)
     result = np.array(operand, order="C")
     result[tuple(slice(b, b + s) for b, s in zip(begin, update.shape, strict=True))] = update
     return result
+
+
+rule("dynamic_update_slice")(_dynamic_update_slice)

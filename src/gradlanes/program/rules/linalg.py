@@ -73,7 +73,6 @@ def _check_precision(precision) -> None:
     raise NotImplementedError(f"dot_general: precision={precision!r} (a dot algorithm) is not supported")
 
 
-@rule("dot_general")
 def _dot_general(lhs, rhs, *, dimension_numbers, precision=None, preferred_element_type=None, **_):
     (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
     _check_precision(precision)
@@ -108,6 +107,9 @@ def _dot_general(lhs, rhs, *, dimension_numbers, precision=None, preferred_eleme
         tuple(map(int, rhs_batch)),
     )
     return convert(np.asarray(out), out_dtype)
+
+
+rule("dot_general")(_dot_general)
 
 
 def _contract(lhs, rhs, lhs_contract, rhs_contract, lhs_batch, rhs_batch) -> np.ndarray:

@@ -19,6 +19,7 @@ order and the flushed denormals they share):
 
 from __future__ import annotations
 
+import functools
 import math
 
 import ml_dtypes
@@ -40,7 +41,6 @@ _BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 # ---- data movement ----------------------------------------------------------------------------
 
 
-@rule("broadcast_in_dim")
 def _broadcast_in_dim(x, *, shape, broadcast_dimensions, **_):
     x = np.asarray(x)
     expanded = [1] * len(shape)
@@ -49,29 +49,41 @@ def _broadcast_in_dim(x, *, shape, broadcast_dimensions, **_):
     return np.broadcast_to(x.reshape(expanded), shape)
 
 
-@rule("reshape")
+rule("broadcast_in_dim")(_broadcast_in_dim)
+
+
 def _reshape(x, *, new_sizes, dimensions=None, **_):
-    if dimensions is not None:  # older JAX: transpose first, then reshape in row-major order
+    # lax.reshape(dimensions=...) binds a transpose into the reshape (JAX 0.10 and 0.11 both keep
+    # the parameter when it is not the identity): transpose first, then reshape in row-major order
+    if dimensions is not None:
         x = np.transpose(x, dimensions)
     return np.reshape(x, new_sizes)
 
 
-@rule("squeeze")
+rule("reshape")(_reshape)
+
+
 def _squeeze(x, *, dimensions, **_):
     return np.squeeze(x, axis=tuple(dimensions))
 
 
-@rule("optimization_barrier")
+rule("squeeze")(_squeeze)
+
+
 def _optimization_barrier(*xs, **_):
     return list(xs)
 
 
-@rule("transpose")
+rule("optimization_barrier")(_optimization_barrier)
+
+
 def _transpose(x, *, permutation, **_):
     return np.transpose(x, permutation)
 
 
-@rule("iota")
+rule("transpose")(_transpose)
+
+
 def _iota(*, dtype, shape, dimension, **_):
     """Indices along `dimension`; XLA converts the exact index, so float16 rounds and int8 wraps."""
     dtype = np.dtype(dtype)
@@ -85,39 +97,53 @@ def _iota(*, dtype, shape, dimension, **_):
     return np.broadcast_to(line.reshape(expanded), shape)
 
 
-@rule("concatenate")
+rule("iota")(_iota)
+
+
 def _concatenate(*xs, dimension, **_):
     return np.concatenate(xs, axis=dimension)
 
 
-@rule("slice")
+rule("concatenate")(_concatenate)
+
+
 def _slice(x, *, start_indices, limit_indices, strides=None, **_):
     x = np.asarray(x)
     strides = strides or (1,) * x.ndim
     return x[tuple(slice(s, e, k) for s, e, k in zip(start_indices, limit_indices, strides, strict=True))]
 
 
-@rule("stack")
+rule("slice")(_slice)
+
+
 def _stack(*xs, axis, **_):
     return np.stack([np.asarray(x) for x in xs], axis=axis)
 
 
-@rule("unstack")
+rule("stack")(_stack)
+
+
 def _unstack(x, *, axis, **_):
     return [np.take(np.asarray(x), index, axis=axis) for index in range(np.shape(x)[axis])]
 
 
-@rule("rev")
+rule("unstack")(_unstack)
+
+
 def _rev(x, *, dimensions, **_):
     return np.flip(x, axis=tuple(dimensions)) if len(dimensions) else np.asarray(x)
 
 
-@rule("split")
+rule("rev")(_rev)
+
+
 def _split(x, *, sizes, axis, **_):
     return np.split(np.asarray(x), np.cumsum(sizes)[:-1], axis=axis)
 
 
-@rule("pad")
+rule("split")(_split)
+
+
 def _pad(x, padding_value, *, padding_config, **_):
     """lax.pad: `interior` values between elements, then `low`/`high` at the ends (negative crops)."""
     x = np.asarray(x)
@@ -134,6 +160,9 @@ def _pad(x, padding_value, *, padding_config, **_):
     out = np.full(grown, padding_value, dtype=x.dtype)
     out[tuple(placed)] = x
     return out[tuple(crop)]
+
+
+rule("pad")(_pad)
 
 
 # ---- reductions -------------------------------------------------------------------------------
@@ -167,7 +196,6 @@ def _tree_reduce(ufunc: np.ufunc, x: np.ndarray, axes: tuple[int, ...], identity
     return rows[..., 0]
 
 
-@rule("reduce_sum")
 def _reduce_sum(x, *, axes, **_):
     x = np.asarray(x)
     axes = tuple(axes)
@@ -185,7 +213,9 @@ def _reduce_sum(x, *, axes, **_):
     return out
 
 
-@rule("reduce_prod")
+rule("reduce_sum")(_reduce_sum)
+
+
 def _reduce_prod(x, *, axes, **_):
     x = np.asarray(x)
     axes = tuple(axes)
@@ -197,6 +227,9 @@ def _reduce_prod(x, *, axes, **_):
     if x.dtype.itemsize == 2:
         return flush_denormals(_tree_reduce(np.multiply, x, axes, 1))
     return flush_denormals(np.prod(x, axis=axes, dtype=x.dtype))
+
+
+rule("reduce_prod")(_reduce_prod)
 
 
 def _extreme(x, axes, largest: bool) -> np.ndarray:
@@ -221,14 +254,18 @@ def _extreme(x, axes, largest: bool) -> np.ndarray:
     return signed_zeros_like_xla(out, lambda: ~np.any(negative_zero_class(x), axis=axes))
 
 
-@rule("reduce_max")
 def _reduce_max(x, *, axes, **_):
     return _extreme(x, axes, largest=True)
 
 
-@rule("reduce_min")
+rule("reduce_max")(_reduce_max)
+
+
 def _reduce_min(x, *, axes, **_):
     return _extreme(x, axes, largest=False)
+
+
+rule("reduce_min")(_reduce_min)
 
 
 def _comparison_keys(x) -> np.ndarray:
@@ -239,28 +276,33 @@ def _comparison_keys(x) -> np.ndarray:
     return flush_denormals(x) if is_float(x.dtype) else x
 
 
-@rule("argmax")
 def _argmax(x, *, axes, index_dtype, **_):
     (axis,) = axes
     return np.argmax(_comparison_keys(x), axis=axis).astype(index_dtype)
 
 
-@rule("argmin")
+rule("argmax")(_argmax)
+
+
 def _argmin(x, *, axes, index_dtype, **_):
     (axis,) = axes
     return np.argmin(_comparison_keys(x), axis=axis).astype(index_dtype)
 
 
-def _bitwise_reduction(name: str, ufunc: np.ufunc, all_ones: bool) -> None:
-    @rule(name)
-    def reduce(x, *, axes, **_):
-        x = np.asarray(x)
-        identity = np.zeros((), x.dtype)
-        return ufunc.reduce(x, axis=tuple(axes), initial=~identity if all_ones else identity)
-
-    del reduce
+rule("argmin")(_argmin)
 
 
-_bitwise_reduction("reduce_and", np.bitwise_and, all_ones=True)
-_bitwise_reduction("reduce_or", np.bitwise_or, all_ones=False)
-_bitwise_reduction("reduce_xor", np.bitwise_xor, all_ones=False)
+def _bitwise_reduction(x, *, ufunc: np.ufunc, all_ones: bool, axes, **_):
+    x = np.asarray(x)
+    identity = np.zeros((), x.dtype)
+    return ufunc.reduce(x, axis=tuple(axes), initial=~identity if all_ones else identity)
+
+
+# Bound with functools.partial rather than made as closures at import, so that mutation testing
+# (tools/mutation.py) reaches the rule's body.
+for _name, _ufunc, _all_ones in (
+    ("reduce_and", np.bitwise_and, True),
+    ("reduce_or", np.bitwise_or, False),
+    ("reduce_xor", np.bitwise_xor, False),
+):
+    rule(_name)(functools.partial(_bitwise_reduction, ufunc=_ufunc, all_ones=_all_ones))

@@ -18,6 +18,7 @@ the helpers here:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import ml_dtypes
@@ -104,7 +105,6 @@ def _sort_key(x: np.ndarray) -> np.ndarray:
     return flush_denormals(x).astype(np.float32) if x.dtype.itemsize == 2 else flush_denormals(x)
 
 
-@rule("sort")
 def _sort(*operands, dimension, is_stable=True, num_keys=1, **_):
     """Sort along `dimension`, lexicographically by the first `num_keys` operands, permuting all.
 
@@ -118,6 +118,9 @@ def _sort(*operands, dimension, is_stable=True, num_keys=1, **_):
     keys = [_sort_key(x) for x in operands[:num_keys]]
     order = np.lexsort(keys[::-1], axis=dimension)
     return [np.take_along_axis(x, order, axis=dimension) for x in operands]
+
+
+rule("sort")(_sort)
 
 
 def _total_order_key(x: np.ndarray) -> np.ndarray:
@@ -134,7 +137,6 @@ def _total_order_key(x: np.ndarray) -> np.ndarray:
     return np.where(bits < 0, bits ^ signed.type(np.iinfo(signed).max), bits)
 
 
-@rule("top_k")
 def _top_k(x, *, k, axis=None, **_):
     """The k largest along `axis` (the last in JAX versions without the param), ties by lower index."""
     x = np.asarray(x)
@@ -144,6 +146,9 @@ def _top_k(x, *, k, axis=None, **_):
     order = np.argsort(~_total_order_key(x), axis=axis, kind="stable")
     order = np.take(order, np.arange(int(k)), axis=axis)
     return [np.take_along_axis(x, order, axis=axis), order.astype(np.int32)]
+
+
+rule("top_k")(_top_k)
 
 
 # ---- cumulative scans -----------------------------------------------------------------------
@@ -238,25 +243,22 @@ def folds_single_window(name: str, dtype: np.dtype) -> bool:
     return dtype != _BFLOAT16 and name in ("cumsum", "cummax", "cummin")
 
 
-def _cumulative(name: str, integer_accumulate) -> None:
-    @rule(name)
-    def scan(x, *, axis, reverse=False, **_):
-        x = np.asarray(x)
-        axis = int(axis)
-        if x.shape[axis] == 0 or (x.shape[axis] == 1 and folds_single_window(name, x.dtype)):
-            return x
-        if is_float(x.dtype):
-            return _float_scan(name, x, axis, reverse)
-        if integer_accumulate is None:
-            raise NotImplementedError(f"{name}: dtype {x.dtype} (JAX lowers it only for floats)")
-        return _integer_scan(integer_accumulate, x, axis, reverse)
-
-    del scan
+def _cumulative(x, *, primitive: str, integer_accumulate, axis, reverse=False, **_):
+    x = np.asarray(x)
+    axis = int(axis)
+    if x.shape[axis] == 0 or (x.shape[axis] == 1 and folds_single_window(primitive, x.dtype)):
+        return x
+    if is_float(x.dtype):
+        return _float_scan(primitive, x, axis, reverse)
+    if integer_accumulate is None:
+        raise NotImplementedError(f"{primitive}: dtype {x.dtype} (JAX lowers it only for floats)")
+    return _integer_scan(integer_accumulate, x, axis, reverse)
 
 
-_cumulative("cumsum", np.cumsum)
-_cumulative("cumprod", np.cumprod)
-_cumulative("cumlogsumexp", None)
+# Bound with functools.partial rather than made as closures at import, so that mutation testing
+# (tools/mutation.py) reaches the rules' bodies.
+for _name, _accumulate in {"cumsum": np.cumsum, "cumprod": np.cumprod, "cumlogsumexp": None}.items():
+    rule(_name)(functools.partial(_cumulative, primitive=_name, integer_accumulate=_accumulate))
 
 
 def _running_extreme(x: np.ndarray, axis: int, reverse: bool, largest: bool) -> np.ndarray:
@@ -278,16 +280,12 @@ def _running_extreme(x: np.ndarray, axis: int, reverse: bool, largest: bool) -> 
     )
 
 
-def _cumulative_extreme(name: str, largest: bool) -> None:
-    @rule(name)
-    def scan(x, *, axis, reverse=False, **_):
-        x = np.asarray(x)
-        if x.shape[axis] == 0 or (x.shape[axis] == 1 and folds_single_window(name, x.dtype)):
-            return x
-        return _running_extreme(x, int(axis), reverse, largest)
-
-    del scan
+def _cumulative_extreme(x, *, primitive: str, largest: bool, axis, reverse=False, **_):
+    x = np.asarray(x)
+    if x.shape[axis] == 0 or (x.shape[axis] == 1 and folds_single_window(primitive, x.dtype)):
+        return x
+    return _running_extreme(x, int(axis), reverse, largest)
 
 
-_cumulative_extreme("cummax", largest=True)
-_cumulative_extreme("cummin", largest=False)
+for _name, _largest in {"cummax": True, "cummin": False}.items():
+    rule(_name)(functools.partial(_cumulative_extreme, primitive=_name, largest=_largest))
