@@ -35,14 +35,13 @@ the exactness work lives on dtype-dispatched paths.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import enum
 import functools
 import math
 import platform
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import ml_dtypes
 import numpy as np
@@ -91,8 +90,29 @@ class _Mode:
     flushing = False
 
 
-@contextlib.contextmanager
-def xla_float_environment() -> Iterator[None]:
+class _XlaFloatEnvironment:
+    """The context manager `xla_float_environment` returns (a class, not @contextmanager: mutation
+    testing mutates methods but no decorated function)."""
+
+    def __enter__(self) -> None:
+        if _ENVIRONMENT is None:
+            return
+        words, index, bits = _ENVIRONMENT
+        self._saved = (ctypes.c_uint32 * words)()
+        _LIBC.fegetenv(self._saved)
+        flushing = (ctypes.c_uint32 * words)(*self._saved)
+        flushing[index] |= bits
+        self._outer, _Mode.flushing = _Mode.flushing, True
+        _LIBC.fesetenv(flushing)
+
+    def __exit__(self, *exc_info) -> None:
+        if _ENVIRONMENT is None:
+            return
+        _LIBC.fesetenv(self._saved)
+        _Mode.flushing = self._outer
+
+
+def xla_float_environment() -> _XlaFloatEnvironment:
     """Run NumPy with XLA CPU's float environment: subnormal inputs and results flushed to zero.
 
     XLA CPU executes with FTZ and DAZ set (JAX's accuracy notes: "subnormal floating-point inputs
@@ -101,21 +121,7 @@ def xla_float_environment() -> Iterator[None]:
     The previous environment is restored on exit. Elsewhere than Linux on x86_64/aarch64 this does
     nothing and subnormals keep NumPy's IEEE gradual underflow.
     """
-    if _ENVIRONMENT is None:
-        yield
-        return
-    words, index, bits = _ENVIRONMENT
-    saved = (ctypes.c_uint32 * words)()
-    _LIBC.fegetenv(saved)
-    flushing = (ctypes.c_uint32 * words)(*saved)
-    flushing[index] |= bits
-    outer, _Mode.flushing = _Mode.flushing, True
-    _LIBC.fesetenv(flushing)
-    try:
-        yield
-    finally:
-        _LIBC.fesetenv(saved)
-        _Mode.flushing = outer
+    return _XlaFloatEnvironment()
 
 
 # ---- dtype helpers ----------------------------------------------------------------------------
@@ -481,7 +487,13 @@ rule("round")(_round)
 
 _float_rule("floor", np.floor)
 _float_rule("ceil", np.ceil)
-_float_rule("is_finite", np.isfinite, lambda x: np.isfinite(np.asarray(x).astype(_F32)))
+
+
+def _is_finite_narrow(x):
+    return np.isfinite(np.asarray(x).astype(_F32))
+
+
+_float_rule("is_finite", np.isfinite, _is_finite_narrow)
 
 
 def _nextafter(x, y, **_):
@@ -593,16 +605,22 @@ def _flush_subnormal_inputs(ufunc: np.ufunc) -> Callable[..., np.ndarray]:
     return functools.partial(_of_flushed_operands, ufunc=ufunc)  # pragma: no mutate
 
 
+def _reciprocal_sqrt(x):
+    return np.reciprocal(np.sqrt(x))
+
+
 _float_rule("exp", np.exp)
 _float_rule("log", np.log)
 _float_rule("log1p", _flush_subnormal_inputs(np.log1p))
 _float_rule("expm1", _keep_subnormal_inputs(np.expm1))
+
+
 _float_rule("sin", _keep_subnormal_inputs(np.sin))
 _float_rule("cos", np.cos)
 _float_rule("tan", np.tan)
 _float_rule("tanh", _keep_subnormal_inputs(np.tanh))
 _float_rule("sqrt", np.sqrt)
-_float_rule("rsqrt", lambda x: np.reciprocal(np.sqrt(x)))
+_float_rule("rsqrt", _reciprocal_sqrt)
 _float_rule("cbrt", _flush_subnormal_inputs(np.cbrt))
 _float_rule("atan2", _flush_subnormal_inputs(np.arctan2))
 
@@ -1018,5 +1036,9 @@ def _choose(which: np.ndarray, cases: list[np.ndarray]) -> np.ndarray:
     return result
 
 
+def _identity(x, **_):
+    return x
+
+
 for _name in ("copy", "stop_gradient"):
-    rule(_name)(lambda x, **_: x)
+    rule(_name)(_identity)

@@ -68,27 +68,26 @@ def _flush(a: np.ndarray) -> np.ndarray:
     return np.where(subnormal, np.copysign(a.dtype.type(0), a), a)
 
 
-def _elementwise(arity: int):
+# Each rule is `_in_working_precision` bound to its compute function with functools.partial, not a
+# closure a decorator makes at import: mutation testing (tools/mutation.py) mutates no decorated
+# function and no closure made at import. The registering line runs at import only (not mutated).
+def _in_working_precision(primitive: str, compute, arity: int, /, *operands, **_):
     """A rule computed in XLA's working precision: operands upcast and flushed, result rounded back."""
+    operands = [np.asarray(x) for x in operands[:arity]]
+    dtype = operands[0].dtype
+    if any(x.dtype != dtype for x in operands[1:]):
+        raise TypeError(f"{primitive}: operands of dtypes {[str(x.dtype) for x in operands]}")
+    try:
+        work = _working_dtype(dtype)
+    except TypeError as error:
+        raise TypeError(f"{primitive}: {error}") from None
+    with np.errstate(all="ignore"):
+        result = compute(*[_flush(x.astype(work)) for x in operands])
+        return _flush(np.asarray(result, work)).astype(dtype, copy=False)
 
-    def wrap(compute):
-        @functools.wraps(compute)
-        def rule_fn(*operands, **_):
-            operands = [np.asarray(x) for x in operands[:arity]]
-            dtype = operands[0].dtype
-            if any(x.dtype != dtype for x in operands[1:]):
-                raise TypeError(f"{compute.__name__}: operands of dtypes {[str(x.dtype) for x in operands]}")
-            try:
-                work = _working_dtype(dtype)
-            except TypeError as error:
-                raise TypeError(f"{compute.__name__}: {error}") from None
-            with np.errstate(all="ignore"):
-                result = compute(*[_flush(x.astype(work)) for x in operands])
-                return _flush(np.asarray(result, work)).astype(dtype, copy=False)
 
-        return rule_fn
-
-    return wrap
+def _special_rule(primitive: str, compute, arity: int) -> None:
+    rule(primitive)(functools.partial(_in_working_precision, primitive, compute, arity))  # pragma: no mutate
 
 
 def _c(like: np.ndarray, value: float):
@@ -96,22 +95,18 @@ def _c(like: np.ndarray, value: float):
     return like.dtype.type(value)
 
 
-def _via_float64(fn):
+def _rounded_from_float64(fn, *args):
     """A transcendental step: float64's result rounded to the working precision, then flushed."""
-
-    def step(*args):
-        dtype = np.asarray(args[0]).dtype
-        result = fn(*[np.asarray(a, F64) for a in args])
-        return _flush(np.asarray(result).astype(dtype))
-
-    return step
+    dtype = np.asarray(args[0]).dtype
+    result = fn(*[np.asarray(a, F64) for a in args])
+    return _flush(np.asarray(result).astype(dtype))
 
 
-_exp32 = _via_float64(np.exp)
-_log = _via_float64(np.log)
-_sin = _via_float64(np.sin)
-_cos = _via_float64(np.cos)
-_pow = _via_float64(np.power)
+_exp32 = functools.partial(_rounded_from_float64, np.exp)
+_log = functools.partial(_rounded_from_float64, np.log)
+_sin = functools.partial(_rounded_from_float64, np.sin)
+_cos = functools.partial(_rounded_from_float64, np.cos)
+_pow = functools.partial(_rounded_from_float64, np.power)
 
 
 def _fma32(a, b, c) -> np.ndarray:
@@ -275,12 +270,13 @@ def _erf32(x: np.ndarray) -> np.ndarray:
     return np.copysign(ratio, x, out=ratio)
 
 
-@rule("erf")
-@_elementwise(1)
-def erf(x):
+def _erf(x):
     if x.dtype == F32:
         return _blockwise(_erf32, x, F32)
     return scipy.special.erf(x)  # XLA calls the C library's erf; SciPy's (Cephes) is as accurate
+
+
+_special_rule("erf", _erf, 1)
 
 
 #: Cephes' float32 erf for |x| < 1 (x T(x^2)) and erfc for |x| >= 1 (exp(-x^2) / |x| P or R of 1/x^2).
@@ -370,10 +366,11 @@ def _erfc64(flat: np.ndarray) -> np.ndarray:
     return result
 
 
-@rule("erfc")
-@_elementwise(1)
-def erfc(x):
+def _erfc(x):
     return _blockwise(_erfc32 if x.dtype == F32 else _erfc64, x, x.dtype)
+
+
+_special_rule("erfc", _erfc, 1)
 
 
 #: Giles' erfinv ("Approximating the erfinv function", GPU Computing Gems, 2011): polynomials in
@@ -406,13 +403,34 @@ _ERF_INV64_FAR = (-2.7109920616438573243e-11, -2.5556418169965252055e-10, 1.5076
                   -9.9298272942317002539e-07, 4.5260625972231537039e-06, -1.9681778105531670567e-05,
                   7.5995277030017761139e-05, -0.00021503011930044477347, -0.00013871931833623122026,
                   1.0103004648645343977, 4.8499064014085844221)  # fmt: skip
+
+
+def _erf_inv32_near(w):
+    return w - 2.5
+
+
+def _erf_inv32_far(w):
+    return np.sqrt(w) - 3.0
+
+
+def _erf_inv64_near(w):
+    return w - 3.125
+
+
+def _erf_inv64_mid(w):
+    return np.sqrt(w) - 3.25
+
+
+def _erf_inv64_far(w):
+    return np.sqrt(w) - 5.0
+
+
 #: (w below which the branch applies, how t is made from w, the branch's coefficients). XLA's float64
 #: version selects each coefficient and stops the shorter polynomials early: the same polynomials.
-_ERF_INV32_BRANCHES = ((5.0, lambda w: w - 2.5, _ERF_INV32_NEAR),
-                       (np.inf, lambda w: np.sqrt(w) - 3.0, _ERF_INV32_FAR))  # fmt: skip
-_ERF_INV64_BRANCHES = ((6.25, lambda w: w - 3.125, _ERF_INV64_NEAR),
-                       (16.0, lambda w: np.sqrt(w) - 3.25, _ERF_INV64_MID),
-                       (np.inf, lambda w: np.sqrt(w) - 5.0, _ERF_INV64_FAR))  # fmt: skip
+_ERF_INV32_BRANCHES = ((5.0, _erf_inv32_near, _ERF_INV32_NEAR), (np.inf, _erf_inv32_far, _ERF_INV32_FAR))
+_ERF_INV64_BRANCHES = ((6.25, _erf_inv64_near, _ERF_INV64_NEAR),
+                       (16.0, _erf_inv64_mid, _ERF_INV64_MID),
+                       (np.inf, _erf_inv64_far, _ERF_INV64_FAR))  # fmt: skip
 
 
 def _log1p64(x: np.ndarray) -> np.ndarray:
@@ -454,10 +472,11 @@ def _erf_inv64(x: np.ndarray) -> np.ndarray:
     return _erf_inv_branches(x, -_log1p64(x * -x), _ERF_INV64_BRANCHES)
 
 
-@rule("erf_inv")
-@_elementwise(1)
-def erf_inv(x):
+def _erf_inv(x):
     return _blockwise(_erf_inv32 if x.dtype == F32 else _erf_inv64, x, x.dtype)
+
+
+_special_rule("erf_inv", _erf_inv, 1)
 
 
 # ---- lgamma, digamma (Lanczos' approximation, g = 7, n = 9) ----------------------------------
@@ -503,10 +522,7 @@ def _lgamma(x: np.ndarray) -> np.ndarray:
     return np.where(np.isinf(x), _c(x, np.inf), result)
 
 
-@rule("lgamma")
-@_elementwise(1)
-def lgamma(x):
-    return _lgamma(x)
+_special_rule("lgamma", _lgamma, 1)
 
 
 def _digamma(x: np.ndarray, less_one: np.ndarray | None = None) -> np.ndarray:
@@ -538,10 +554,7 @@ def _digamma(x: np.ndarray, less_one: np.ndarray | None = None) -> np.ndarray:
     return np.where(pole, _c(x, np.nan), result)
 
 
-@rule("digamma")
-@_elementwise(1)
-def digamma(x):
-    return _digamma(x)
+_special_rule("digamma", _digamma, 1)
 
 
 # ---- exponentially scaled Bessel functions I0 and I1 (Cephes' Chebyshev series) -------------
@@ -614,23 +627,25 @@ def _bessel_tail(ax: np.ndarray, coefficients) -> np.ndarray:
     return _chebyshev(_c(ax, 32.0) / ax - _c(ax, 2.0), coefficients) * _rsqrt(ax)
 
 
-@rule("bessel_i0e")
-@_elementwise(1)
-def bessel_i0e(x):
+def _bessel_i0e(x):
     a, b = (_I0E_A32, _I0E_B32) if x.dtype == F32 else (_I0E_A64, _I0E_B64)
     ax = np.abs(x)
     near = _chebyshev(_mul_add(ax, _c(x, 0.5), _c(x, -2.0)), a)
     return np.where(ax <= _c(x, 8.0), near, _bessel_tail(ax, b))
 
 
-@rule("bessel_i1e")
-@_elementwise(1)
-def bessel_i1e(x):
+_special_rule("bessel_i0e", _bessel_i0e, 1)
+
+
+def _bessel_i1e(x):
     a, b = (_I1E_A32, _I1E_B32) if x.dtype == F32 else (_I1E_A64, _I1E_B64)
     ax = np.abs(x)
     near = ax * _chebyshev(_mul_add(ax, _c(x, 0.5), _c(x, -2.0)), a)
     sign = np.where((x == 0) | np.isnan(x), x, np.copysign(_c(x, 1.0), x))  # XLA's sign(-0.0) is -0.0
     return sign * np.where(ax <= _c(x, 8.0), near, _bessel_tail(ax, b))
+
+
+_special_rule("bessel_i1e", _bessel_i1e, 1)
 
 
 # ---- incomplete gamma functions (Cephes' series and continued fraction, as jax.lax writes them) ---
@@ -733,9 +748,7 @@ def _domain_error(a, x):
     return (x < 0) | (a < 0) | ((a == 0) & (x == 0)) | np.isnan(a) | np.isnan(x)
 
 
-@rule("igamma")
-@_elementwise(2)
-def igamma(a, x):
+def _igamma(a, x):
     domain_error = _domain_error(a, x)
     use_continued_fraction = (x >= 1) & (x > a)
     log_ax, underflow = _log_ax(a, x)
@@ -749,9 +762,10 @@ def igamma(a, x):
     return np.where(domain_error, _c(a, np.nan), result)
 
 
-@rule("igammac")
-@_elementwise(2)
-def igammac(a, x):
+_special_rule("igamma", _igamma, 2)
+
+
+def _igammac(a, x):
     domain_error = _domain_error(a, x)
     use_series = (x < 1) | (x < a)
     log_ax, underflow = _log_ax(a, x)
@@ -764,9 +778,10 @@ def igammac(a, x):
     return np.where(domain_error, _c(a, np.nan), result)
 
 
-@rule("igamma_grad_a")
-@_elementwise(2)
-def igamma_grad_a(a, x):
+_special_rule("igammac", _igammac, 2)
+
+
+def _igamma_grad_a(a, x):
     nan = np.isnan(a) | np.isnan(x)
     domain_error = (x < 0) | (a <= 0)
     use_continued_fraction = (x > 1) & (x > a)
@@ -778,6 +793,9 @@ def igamma_grad_a(a, x):
     result = np.where(use_continued_fraction, -upper, lower)
     result = np.where(x == 0, _c(a, 0.0), result)
     return np.where(domain_error | nan, _c(a, np.nan), result)
+
+
+_special_rule("igamma_grad_a", _igamma_grad_a, 2)
 
 
 # ---- Hurwitz zeta and polygamma (Johansson's Euler-Maclaurin form, as chlo writes it) ----------
@@ -821,21 +839,19 @@ def _zeta(x: np.ndarray, q: np.ndarray) -> np.ndarray:
     return np.where(x == one, inf, output)
 
 
-@rule("zeta")
-@_elementwise(2)
-def zeta(x, q):
-    return _zeta(x, q)
+_special_rule("zeta", _zeta, 2)
 
 
-@rule("polygamma")
-@_elementwise(2)
-def polygamma(n, x):
+def _polygamma(n, x):
     one = _c(x, 1.0)
     sign = _mul_add(_c(x, 2.0), np.fmod(n, _c(n, 2.0)), -one)
     result = (sign * _exp(_lgamma(n + one))) * _zeta(n + one, x)
     result = np.where(n == 0, _digamma(x), result)
     natural = (n == np.floor(n)) & (n >= 0)
     return np.where(natural, result, _c(x, np.nan))
+
+
+_special_rule("polygamma", _polygamma, 2)
 
 
 # ---- regularized incomplete beta (Lentz's continued fraction, as jax.lax writes it) -----------
@@ -885,9 +901,7 @@ def _betainc_continued_fraction(a, b, x):
     return h
 
 
-@rule("regularized_incomplete_beta")
-@_elementwise(3)
-def regularized_incomplete_beta(a, b, x):
+def _regularized_incomplete_beta(a, b, x):
     zero, one, two = _c(a, 0.0), _c(a, 1.0), _c(a, 2.0)
     a_is_zero = (a == zero) | (b == np.inf)
     b_is_zero = (b == zero) | (a == np.inf)
@@ -914,3 +928,6 @@ def regularized_incomplete_beta(a, b, x):
     result = np.where(result_is_zero, zero, result)
     result = np.where(result_is_one, one, result)
     return np.where(result_is_nan, _c(a, np.nan), result)
+
+
+_special_rule("regularized_incomplete_beta", _regularized_incomplete_beta, 3)

@@ -181,15 +181,27 @@ def _additive_identity(dtype: np.dtype):
     return dtype.type(-0.0) if _is_float(dtype) else dtype.type(0)
 
 
+def _one(dtype: np.dtype):
+    return dtype.type(1)
+
+
+def _all_bits(dtype: np.dtype):
+    return np.True_ if dtype == np.bool_ else dtype.type(~dtype.type(0))
+
+
+def _zero(dtype: np.dtype):
+    return dtype.type(0)
+
+
 #: Binary monoids a reduce_window body may be: the fold, and the identity that pads and holes hold.
 MONOIDS: dict[str, tuple[Callable, Callable[[np.dtype], object]]] = {
     "add": (np.add, _additive_identity),
-    "mul": (np.multiply, lambda dtype: dtype.type(1)),
+    "mul": (np.multiply, _one),
     "max": (np.maximum, _lowest),  # floats take `_fold_extreme`, which settles the sign of zeros
     "min": (np.minimum, _highest),
-    "and": (np.bitwise_and, lambda dtype: np.True_ if dtype == np.bool_ else dtype.type(~dtype.type(0))),
-    "or": (np.bitwise_or, lambda dtype: dtype.type(0)),
-    "xor": (np.bitwise_xor, lambda dtype: dtype.type(0)),
+    "and": (np.bitwise_and, _all_bits),
+    "or": (np.bitwise_or, _zero),
+    "xor": (np.bitwise_xor, _zero),
 }
 
 
