@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -84,6 +85,13 @@ def test_predict_and_reduce():
     assert correct == int(np.sum(classes == labels))
 
 
+def test_reduce_counts_the_rows_whose_most_probable_class_is_the_label():
+    """A count that random weights cannot give (they get none of 16 right): 3 of 4 rows, with
+    more rows than classes so that a count along the wrong axis cannot line up with the labels."""
+    probs = np.array([[0.7, 0.2, 0.1], [0.1, 0.1, 0.8], [0.3, 0.6, 0.1], [0.2, 0.5, 0.3]], np.float32)
+    assert hk.reduce_loss_and_correct([0.5], probs, np.array([0, 2, 0, 1])) == (0.5, 3)
+
+
 def test_reduce_of_no_batches_is_nan_without_a_warning():
     """An epoch with no batches has no mean loss: NaN, and no 'mean of empty slice' warning."""
     x, labels, w, b = batch()
@@ -93,6 +101,11 @@ def test_reduce_of_no_batches_is_nan_without_a_warning():
         mean_loss, correct = hk.reduce_loss_and_correct([], probs, labels)
     assert np.isnan(mean_loss)
     assert correct == int(np.sum(classes == labels))
+
+
+def test_the_plugin_makes_an_engine_at_the_experiments_learning_rate():
+    engine = hk.PLUGIN.create(SimpleNamespace(learning_rate=0.125), None)
+    assert isinstance(engine, hk.HandKernelEngine) and engine.learning_rate == 0.125
 
 
 def test_the_engine_trains_and_predicts_with_its_own_float32_copy():

@@ -391,8 +391,9 @@ def render(
         lines += [
             "## Not mutated",
             "",
-            "mutmut does not mutate decorated functions (other than static and class methods): "
-            "their bodies are in no score above.",
+            "mutmut does not mutate decorated functions (other than static and class methods) nor "
+            "lambdas outside a function: their bodies are in no score above, so the listed modules "
+            "keep them to one-line hand-overs to functions that are mutated.",
             "",
             *(f"- `{module}`: " + ", ".join(f"`{n}`" for n in names) for module, names in skipped.items()),
             "",

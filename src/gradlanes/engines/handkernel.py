@@ -119,10 +119,14 @@ class HandKernelEngine:
         return float(loss), grads
 
 
+def _create(exp, program) -> HandKernelEngine:
+    return HandKernelEngine(exp.learning_rate)
+
+
 PLUGIN = EnginePlugin(
     name="handkernel",
     summary="softmax regression with explicit NumPy forward/backward kernels, no autodiff",
-    create=lambda exp, program: HandKernelEngine(exp.learning_rate),
+    create=_create,
     runs_program=False,
     implements_only={"model": "softmax", "loss": "xent", "optimizer": "sgd", "schedule": "constant"},
 )
