@@ -201,6 +201,31 @@ def test_generic_reduce_window_folds_the_init_and_skips_padding(op, dtype, geome
         check_exact(fn, x, init, expect="reduce_window")
 
 
+#: (body, dtype, operand, init): operands whose every window meets padding or a base-dilation
+#: hole, with values a wrong identity there would change (all bits set for and, even values for
+#: or and xor, values other than 1 for mul), and the monoid's identity as init.
+IDENTITY_CASES = [
+    ("and", np.bool_, [True, True, True, True, True], True),
+    ("and", np.int8, [-1, 127, -1, 5, -1], -1),
+    ("and", np.uint32, [2**32 - 1, 6, 2**32 - 1, 2**31, 3], 2**32 - 1),
+    ("or", np.bool_, [False, False, False, False, False], False),
+    ("or", np.int16, [2, 4, 0, 6, 8], 0),
+    ("xor", np.bool_, [False, True, False, False, True], False),
+    ("xor", np.uint8, [2, 4, 0, 6, 8], 0),
+    ("mul", np.int32, [2, -3, 5, 7, 0], 1),
+    ("mul", np.float32, [2.5, -3.0, 0.5, 7.0, -0.0], 1.0),
+]
+
+
+@pytest.mark.parametrize(("op", "dtype", "operand", "init"), IDENTITY_CASES)
+def test_generic_reduce_window_pads_with_the_bodys_identity(op, dtype, operand, init):
+    """Padding and the holes of a base dilation hold the body's identity (all ones for and, zero
+    for or and xor, one for mul), which no window here can do without: each of them sees one."""
+    x, init = np.array(operand, dtype), np.array(init, dtype)
+    fn = lambda x, init: lax.reduce_window(x, init, BODIES[op], (3,), (2,), ((2, 2),), (2,), (1,))  # noqa: E731
+    check_exact(fn, x, init, expect="reduce_window")
+
+
 def test_signed_zeros_and_nan_in_pooling():
     """XLA's max is IEEE maximum: +0 beats -0 in either order, NaN wins; min the reverse. A sum
     padded around -0 stays -0 only from a -0 init (the generic body), never from reduce_window_sum."""

@@ -186,7 +186,7 @@ def _one(dtype: np.dtype):
 
 
 def _all_bits(dtype: np.dtype):
-    return np.True_ if dtype == np.bool_ else dtype.type(~dtype.type(0))
+    return dtype.type(~dtype.type(0))  # bool too: ~False is True
 
 
 def _zero(dtype: np.dtype):
