@@ -317,6 +317,58 @@ def test_reduce_window_refuses_a_body_it_cannot_fold():
         Interpreter(pairs)(x, np.arange(6, dtype=np.int32))
 
 
+MONOID_NAMES = "add, and, max, min, mul, or, xor"
+
+
+def test_reduce_window_refusals_name_the_monoids_and_the_body():
+    """The refusal lists what is supported and the body's equations in order, or says it has none."""
+    x = np.arange(6, dtype=np.float32)
+    for body, shown in ((lambda a, b: a * 2 + b, "mul; add"), (lambda a, b: a, "empty")):
+        program = jax.make_jaxpr(
+            lambda x, body=body: lax.reduce_window(x, np.float32(0), body, (2,), (1,), "VALID")
+        )(x)
+        with pytest.raises(NotImplementedError) as refused:
+            Interpreter(program)(x)
+        assert str(refused.value) == (
+            f"reduce_window: the interpreter runs bodies that fold each operand with one of "
+            f"{MONOID_NAMES}; this body is {{{shown}}}"
+        )
+
+
+def test_reduce_window_refuses_a_body_with_constants_by_name():
+    """JAX 0.10 cannot bind one (its consts param must hash), so the rule is called directly."""
+    x = np.arange(6, dtype=np.float32)
+    program = jax.make_jaxpr(
+        lambda x: lax.reduce_window(x, np.float32(0), BODIES["add"], (2,), (1,), "VALID")
+    )(x)
+    (eqn,) = program.jaxpr.eqns
+    with pytest.raises(NotImplementedError) as refused:
+        windows._reduce_window(x, np.float32(0), **{**eqn.params, "consts": (np.float32(1),)})
+    assert str(refused.value) == "reduce_window: bodies with constants are not supported"
+
+
+def test_body_monoids_read_open_and_closed_bodies_and_refuse_an_output_no_equation_makes():
+    zeros = [np.float32(0)] * 4
+    closed = jax.make_jaxpr(lambda a0, a1, b0, b1: (a0 + b0, lax.max(a1, b1)))(*zeros)
+    assert windows._body_monoids(closed, 2) == ["add", "max"]
+    assert windows._body_monoids(closed.jaxpr, 2) == ["add", "max"]
+    # two equations for two outputs, but the second output is an accumulator passed through
+    passed_through = jax.make_jaxpr(lambda a0, a1, b0, b1: (a0 + b0, (a1 * b1, a1)[1]))(*zeros)
+    with pytest.raises(NotImplementedError, match=r"this body is \{add; mul\}$"):
+        windows._body_monoids(passed_through, 2)
+
+
+def test_select_and_gather_add_refuses_integer_operands_by_name():
+    """XLA's max-pooling JVP starts from -inf, which integers lack (JAX gives them no tangents)."""
+    geometry = dict(window_dimensions=(2,), window_strides=(1,), padding=((0, 0),), base_dilation=(1,))
+    with pytest.raises(NotImplementedError) as refused:
+        windows._select_and_gather_add(
+            np.zeros(4, np.float32), np.arange(4, dtype=np.int32), select_prim=lax.ge_p, **geometry,
+            window_dilation=(1,),
+        )  # fmt: skip
+    assert str(refused.value) == "select_and_gather_add: operand dtype int32 (XLA's init is -inf)"
+
+
 # ---- pooling gradients ----------------------------------------------------------------------
 def pool_values(dtype, shape):
     """Pooling operands full of ties (few distinct values) and, for floats, NaN, inf and -0.0."""
