@@ -369,6 +369,13 @@ def test_select_and_gather_add_refuses_integer_operands_by_name():
     assert str(refused.value) == "select_and_gather_add: operand dtype int32 (XLA's init is -inf)"
 
 
+def test_pooling_gradients_refuse_other_selections_by_name():
+    """Max pooling selects with ge, min pooling with le; any other primitive is refused, named."""
+    with pytest.raises(NotImplementedError) as refused:
+        windows._selector(lax.gt_p)
+    assert str(refused.value) == "select_prim=gt: only ge (max pooling) and le (min pooling) are supported"
+
+
 # ---- pooling gradients ----------------------------------------------------------------------
 def pool_values(dtype, shape):
     """Pooling operands full of ties (few distinct values) and, for floats, NaN, inf and -0.0."""
