@@ -482,10 +482,8 @@ def test_keys_and_arrays_through_one_optimization_barrier():
 
 def test_negative_split_axis_on_keys_is_refused():
     """split_p bound with axis=-1 would split the words' axis of a key array: refused when planned."""
-    from jax._src.lax.lax import split_p
-
     keys = jax.random.split(jax.random.key(2), 4).reshape(2, 2)
-    closed = jax.make_jaxpr(lambda k: split_p.bind(k, sizes=(1, 1), axis=-1))(keys)
+    closed = jax.make_jaxpr(lambda k: jax.lax.split_p.bind(k, sizes=(1, 1), axis=-1))(keys)
     with pytest.raises(NotImplementedError, match=r"split on PRNG key arrays: negative axis=-1"):
         Interpreter(closed)
 

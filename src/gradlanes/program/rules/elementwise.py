@@ -613,8 +613,6 @@ _float_rule("exp", np.exp)
 _float_rule("log", np.log)
 _float_rule("log1p", _flush_subnormal_inputs(np.log1p))
 _float_rule("expm1", _keep_subnormal_inputs(np.expm1))
-
-
 _float_rule("sin", _keep_subnormal_inputs(np.sin))
 _float_rule("cos", np.cos)
 _float_rule("tan", np.tan)

@@ -5,14 +5,17 @@ of results for primitives with several). A structured builder is for primitives 
 jaxprs with their own control flow (scan, while, cond, ...): it gets the equation and a function
 that turns a nested jaxpr into a runnable plan, once, when the program is planned, and returns the
 rule to run. Modules of this package register into both tables when imported.
+
+They register with a call after the definition (`rule("x")(_x)`), not as a decorator, and a body
+shared by several primitives is one module function bound per primitive with functools.partial,
+not a closure made at import: mutmut mutates neither decorated functions nor closures made at
+import, so either would leave a rule's body out of its mutation score (tools/mutation.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, Protocol
-
-import numpy as np
 
 Rule = Callable[..., Any]
 RULES: dict[str, Rule] = {}
@@ -56,11 +59,3 @@ def structured(*names: str):
         return fn
 
     return register
-
-
-def unary(name: str, fn: Callable[[np.ndarray], np.ndarray]) -> None:
-    RULES[name] = lambda x, **_: fn(x)
-
-
-def binary(name: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> None:
-    RULES[name] = lambda x, y, **_: fn(x, y)
