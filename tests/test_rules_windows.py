@@ -226,6 +226,35 @@ def test_generic_reduce_window_pads_with_the_bodys_identity(op, dtype, operand, 
     check_exact(fn, x, init, expect="reduce_window")
 
 
+#: (body, dtype, operand, init) with two windows of two: an init that beats the elements, and
+#: the signs of zeros that only the init settles (a max of +0 and -0s is +0, a min of -0 and
+#: +0s is -0, whichever comes first; NumPy's maximum and minimum return either on a tie).
+EXTREME_INIT_CASES = [
+    ("max", np.float32, [1.0, 7.0, 2.0, 3.0], 5.0),
+    ("min", np.float64, [3.0, -7.0, 2.0, 9.0], -1.0),
+    ("max", np.float32, [-0.0, -0.0, -1.0, -0.0], 0.0),
+    ("max", BF16, [-0.0, -0.0, -1.0, -0.0], 0.0),
+    ("min", np.float32, [0.0, 0.0, 1.0, 0.0], -0.0),
+    ("min", np.float16, [0.0, 0.0, 1.0, 0.0], -0.0),
+]
+
+
+@pytest.mark.parametrize(("op", "dtype", "operand", "init"), EXTREME_INIT_CASES)
+def test_generic_max_and_min_fold_the_init_and_the_sign_of_its_zero(op, dtype, operand, init):
+    x, init = np.array(operand, dtype), np.array(init, dtype)
+    fn = lambda x, init: lax.reduce_window(x, init, BODIES[op], (2,), (2,), "VALID")  # noqa: E731
+    check_exact(fn, x, init, expect="reduce_window")
+
+
+def test_a_body_with_dead_equations_folds_its_live_one():
+    """XLA drops what no output uses; so does the rule (it reads only the equation of each output)."""
+    x = np.array([1.0, 2.0, 3.0, 5.0], np.float32)
+    dead = lambda a, b: (a * b, lax.max(b, a))[1]  # noqa: E731
+    fn = lambda x: lax.reduce_window(x, np.float32(4), dead, (2,), (1,), "VALID")  # noqa: E731
+    assert [e.primitive.name for e in jax.make_jaxpr(fn)(x).eqns[0].params["jaxpr"].eqns] == ["mul", "max"]
+    check_exact(fn, x, expect="reduce_window")
+
+
 def test_signed_zeros_and_nan_in_pooling():
     """XLA's max is IEEE maximum: +0 beats -0 in either order, NaN wins; min the reverse. A sum
     padded around -0 stays -0 only from a -0 init (the generic body), never from reduce_window_sum."""
@@ -409,6 +438,74 @@ def test_pooling_gradient_scatters_to_xlas_choice(dtype, chooser, geometry, data
             return jax.grad(lambda x: jnp.sum(fn(x) * cotangent))(x)
 
         check_exact(gradient, x, cotangent, expect="select_and_scatter_add")
+
+
+def scatter_primitive():
+    """select_and_scatter_add as JAX binds it (jax.lax does not export it; a gradient makes it)."""
+    pooled = lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (2,), (2,), "VALID")  # noqa: E731
+    program = jax.make_jaxpr(jax.grad(lambda x: jnp.sum(pooled(x))))(np.zeros(4, np.float32))
+    return next(e.primitive for e in program.eqns if e.primitive.name == "select_and_scatter_add")
+
+
+@settings(RULE_SETTINGS, max_examples=30)
+@given(
+    dtype=st.sampled_from((np.dtype(np.bool_),) + INTEGERS),
+    chooser=st.sampled_from([lax.ge_p, lax.le_p]),
+    geometry=window_geometry(min_rank=1, dilations=False, negative_padding=False),
+    data=st.data(),
+)
+def test_select_and_scatter_add_of_integers_and_booleans(dtype, chooser, geometry, data):
+    """No gradient has integer operands, but the primitive does, and XLA runs it: a window's
+    choice as for floats, sources added in the integer dtype (wrapping) or OR-ed for booleans."""
+    shape, window, strides, padding, _, _ = geometry
+    primitive = scatter_primitive()
+
+    def scatter(source, operand):
+        return primitive.bind(
+            source,
+            operand,
+            select_prim=chooser,
+            window_dimensions=window,
+            window_strides=strides,
+            padding=padding,
+        )
+
+    with wide(dtype):
+        operand = data.draw(small_ints(dtype, shape))
+        pool = lambda x: lax.reduce_window(x, lowest(dtype), lax.max, window, strides, padding)  # noqa: E731
+        assume(accepted(pool, operand))
+        source = data.draw(arrays(dtype, jax.eval_shape(pool, operand).shape))
+        check_exact(scatter, source, operand, expect="select_and_scatter_add")
+
+
+def test_pooling_gradient_refuses_negative_padding_as_jax_does():
+    """JAX cannot lower select_and_scatter_add with negative padding (so no oracle exists for it)."""
+    primitive = scatter_primitive()
+    geometry = dict(select_prim=lax.ge_p, window_dimensions=(2,), window_strides=(1,), padding=((-1, 0),))
+    source, operand = np.ones(2, np.float32), np.arange(4, dtype=np.float32)
+    with pytest.raises(TypeError, match="nonnegative"):
+        jax.jit(lambda s, o: primitive.bind(s, o, **geometry))(source, operand)
+    with pytest.raises(NotImplementedError) as refused:
+        windows._select_and_scatter_add(source, operand, **geometry)
+    assert str(refused.value) == (
+        "select_and_scatter_add: negative padding ((-1, 0),) (XLA's lowering in JAX refuses it too, "
+        "and no JAX gradient makes it)"
+    )
+
+
+def test_pooling_gradient_follows_a_nan_chain_past_a_narrow_dtypes_integers():
+    """With a NaN the selection runs as XLA's chain, remembering the offset chosen: offset 259 of
+    a 300-wide bfloat16 window, which bfloat16 itself could not hold (it would round to 260)."""
+    x = np.full(300, -1.0, np.float32)
+    x[0], x[259] = np.nan, 3.0
+    x = x.astype(BF16)
+
+    def gradient(x):
+        pooled = lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (300,), (1,), "VALID")  # noqa: E731
+        return jax.grad(lambda x: jnp.sum(pooled(x)))(x)
+
+    check_exact(gradient, x, expect="select_and_scatter_add")
+    assert np.flatnonzero(np.asarray(gradient(x), np.float32)).tolist() == [259]
 
 
 @settings(RULE_SETTINGS, max_examples=30)

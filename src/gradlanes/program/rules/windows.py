@@ -20,6 +20,7 @@ against XLA in tests/test_rules_windows.py:
   `select(selected, candidate)` holds: ties go to the first, a NaN candidate replaces the
   selection and is itself replaced by the next element. Each source is added to 0 at its
   selected position, several in the order of the source elements, in the source's dtype.
+  Negative padding is refused: JAX cannot lower it, so no program has it and no oracle checks it.
 - select_and_gather_add (its JVP) is a variadic reduce_window on CPU: (-inf, 0) is the init,
   padding and holes are skipped, and each element replaces the running pair unless
   `select(running key, element key)` holds.
@@ -77,16 +78,17 @@ def _highest(dtype: np.dtype):
     return np.iinfo(dtype).max
 
 
-def _alike(x: np.ndarray, shape: Sequence[int], dtype, fill=None) -> np.ndarray:
-    """A new array of `shape` laid out in `x`'s memory order (axes by decreasing stride).
+def _alike(x: np.ndarray, shape: Sequence[int], dtype, fill) -> np.ndarray:
+    """A new array of `shape` full of `fill`, laid out in `x`'s memory order (axes by decreasing
+    stride).
 
     Arrays that meet in one ufunc call are iterated fastest when they share a layout; gradients
     and convolutions here return transposed views, so new arrays follow their operands' order.
+    (Always filled: an unfilled array would hold whatever memory it was given.)
     """
     order = sorted(range(x.ndim), key=lambda axis: -abs(x.strides[axis]))
     out = np.empty([shape[axis] for axis in order], dtype).transpose(np.argsort(order))
-    if fill is not None:
-        out[...] = fill
+    out[...] = fill
     return out
 
 
@@ -116,24 +118,8 @@ def _spread(x: np.ndarray, fill, padding: Sequence[tuple[int, int]], dilation: S
 
 
 def _unspread(padded: np.ndarray, padding: Sequence[tuple[int, int]], shape: Sequence[int]) -> np.ndarray:
-    """The inverse of `_spread` without dilation: the elements of `padded` that came from `x`.
-
-    Elements of `x` that negative padding cropped away get zeros.
-    """
-    if all(lo == 0 and hi == 0 for lo, hi in padding):
-        return padded
-    if all(lo >= 0 and hi >= 0 for lo, hi in padding):
-        return padded[tuple(slice(lo, lo + n) for n, (lo, _) in zip(shape, padding, strict=True))]
-    out = _alike(padded, shape, padded.dtype, 0)
-    target, source = [], []
-    for n, size, (lo, _) in zip(shape, padded.shape, padding, strict=True):
-        first, last = max(0, -lo), min(n, size - lo)
-        if first >= last:
-            return out
-        target.append(slice(first, last))
-        source.append(slice(first + lo, last + lo))
-    out[tuple(target)] = padded[tuple(source)]
-    return out
+    """The inverse of `_spread` without dilation or negative padding: the part of `padded` that is `x`."""
+    return padded[tuple(slice(lo, lo + n) for n, (lo, _) in zip(shape, padding, strict=True))]
 
 
 def _window_counts(
@@ -227,10 +213,10 @@ def _fold_windows(
         plain = np.asarray(init).tobytes() == np.asarray(identity(x.dtype)).tobytes()
         return _fold_extreme(view, x, None if plain else init, maximum=monoid == "max")
     offsets = iter(np.ndindex(*window))
-    acc = fold(init, view[(Ellipsis, *next(offsets))])
+    acc = fold(init, view[(Ellipsis, *next(offsets))])  # in x's dtype: init is of it, as JAX requires
     for offset in offsets:
         acc = fold(acc, view[(Ellipsis, *offset)])
-    return np.asarray(acc, x.dtype)
+    return acc
 
 
 def _fold_extreme(view: np.ndarray, x: np.ndarray, init, *, maximum: bool) -> np.ndarray:
@@ -301,21 +287,20 @@ def _body_monoids(jaxpr, count: int) -> list[str]:
     A body is supported when output i is one add/mul/max/min/and/or/xor of accumulator i and
     element i (each output on its own, so variadic bodies like an arg-max pair are refused).
     """
-    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)  # open in jax 0.10; a closed one would do as well
-    ops = [eqn.primitive.name for eqn in jaxpr.eqns]
+    ops = [eqn.primitive.name for eqn in jaxpr.eqns]  # a Jaxpr or a ClosedJaxpr: both have eqns
     refusal = NotImplementedError(
         f"reduce_window: the interpreter runs bodies that fold each operand with one of "
         f"{', '.join(sorted(MONOIDS))}; this body is {{{'; '.join(ops) or 'empty'}}}"
     )
-    if jaxpr.constvars or len(jaxpr.eqns) != count or len(jaxpr.outvars) != count:
+    if len(jaxpr.outvars) != count:
         raise refusal
     accumulators, elements = jaxpr.invars[:count], jaxpr.invars[count:]
     monoids = []
     for acc, element, out in zip(accumulators, elements, jaxpr.outvars, strict=True):
         eqn = next((e for e in jaxpr.eqns if out in e.outvars), None)
+        # (Equations no output comes from are dead code; the monoids are binary, so this is
+        # `acc op element` or `element op acc`, which fold alike: all seven commute.)
         if eqn is None or eqn.primitive.name not in MONOIDS or set(eqn.invars) != {acc, element}:
-            raise refusal
-        if len(eqn.invars) != 2 or acc is element:
             raise refusal
         monoids.append(eqn.primitive.name)
     return monoids
@@ -329,8 +314,6 @@ def _reduce_window(*operands_and_inits, jaxpr, consts=(), **params):
     operands, inits = operands_and_inits[:count], operands_and_inits[count:]
     results = []
     for operand, init, monoid in zip(operands, inits, monoids, strict=True):
-        operand = np.asarray(operand)
-        init = np.asarray(init, operand.dtype)[()]
         results.append(_fold_windows(operand, init, monoid, *_window_params(params)))
     return results
 
@@ -339,7 +322,7 @@ rule("reduce_window")(_reduce_window)
 
 
 def _selector(select_prim) -> tuple[str, Callable]:
-    name = getattr(select_prim, "name", str(select_prim))
+    name = select_prim.name
     if name not in ("ge", "le"):
         raise NotImplementedError(
             f"select_prim={name}: only ge (max pooling) and le (min pooling) are supported"
@@ -351,6 +334,11 @@ def _select_and_scatter_add(source, operand, *, select_prim, window_dimensions, 
     source, operand = np.asarray(source), np.asarray(operand)
     name, select = _selector(select_prim)
     window, strides, padding = _ints(window_dimensions), _ints(window_strides), _pairs(padding)
+    if any(lo < 0 or hi < 0 for lo, hi in padding):
+        raise NotImplementedError(
+            f"select_and_scatter_add: negative padding {padding} (XLA's lowering in JAX refuses it "
+            f"too, and no JAX gradient makes it)"
+        )
     ones = (1,) * operand.ndim
     identity = _lowest(operand.dtype) if name == "ge" else _highest(operand.dtype)
     padded = _spread(operand, identity, padding, ones)
@@ -361,7 +349,7 @@ def _select_and_scatter_add(source, operand, *, select_prim, window_dimensions, 
     out = _alike(padded, padded.shape, source.dtype, 0)
     # XLA adds each source to the init 0, so a -0 source lands as +0; adding +0 for the windows
     # that chose elsewhere then changes nothing. (Laid out as the windows are.)
-    source = np.add(source, source.dtype.type(0), out=_alike(padded, counts, source.dtype))
+    source = np.add(source, source.dtype.type(0), out=_alike(padded, counts, source.dtype, 0))
     if all(w <= s for w, s in zip(window, strides, strict=True)):
         # Windows that do not overlap give each position one source at most.
         for offset, mask in zip(offsets, chosen, strict=True):
@@ -447,12 +435,11 @@ def _select_and_gather_add(
         )
     window, strides = _ints(window_dimensions), _ints(window_strides)
     padding, base_dilation, window_dilation = _pairs(padding), _ints(base_dilation), _ints(window_dilation)
-    spread = lambda x, fill: _windows(  # noqa: E731
-        _spread(x, fill, padding, base_dilation), window, strides, window_dilation
-    )
-    keys = spread(operand, operand.dtype.type(0))
-    values = spread(tangents, tangents.dtype.type(0))
-    present = spread(_alike(operand, operand.shape, np.bool_, True), np.False_)
+    spread = lambda x: _windows(  # noqa: E731
+        _spread(x, x.dtype.type(0), padding, base_dilation), window, strides, window_dilation
+    )  # padding and holes: zero keys and values (never read) and present False
+    keys, values = spread(operand), spread(tangents)
+    present = spread(_alike(operand, operand.shape, np.bool_, True))
     counts = keys.shape[: operand.ndim]
     best_key = _alike(operand, counts, operand.dtype, -np.inf if name == "ge" else np.inf)
     best_value = _alike(operand, counts, tangents.dtype, 0)
