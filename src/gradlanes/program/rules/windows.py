@@ -20,7 +20,8 @@ against XLA in tests/test_rules_windows.py:
   `select(selected, candidate)` holds: ties go to the first, a NaN candidate replaces the
   selection and is itself replaced by the next element. Each source is added to 0 at its
   selected position, several in the order of the source elements, in the source's dtype.
-  Negative padding is refused: JAX cannot lower it, so no program has it and no oracle checks it.
+  Negative padding is refused: JAX traces it (the gradient of a max pool with negative padding)
+  but cannot run it, so there is no result to match.
 - select_and_gather_add (its JVP) is a variadic reduce_window on CPU: (-inf, 0) is the init,
   padding and holes are skipped, and each element replaces the running pair unless
   `select(running key, element key)` holds.
@@ -213,7 +214,7 @@ def _fold_windows(
         plain = np.asarray(init).tobytes() == np.asarray(identity(x.dtype)).tobytes()
         return _fold_extreme(view, x, None if plain else init, maximum=monoid == "max")
     offsets = iter(np.ndindex(*window))
-    acc = fold(init, view[(Ellipsis, *next(offsets))])  # in x's dtype: init is of it, as JAX requires
+    acc = fold(init, view[(Ellipsis, *next(offsets))])  # in x's dtype: JAX gives init the operand's
     for offset in offsets:
         acc = fold(acc, view[(Ellipsis, *offset)])
     return acc
@@ -287,7 +288,9 @@ def _body_monoids(jaxpr, count: int) -> list[str]:
     A body is supported when output i is one add/mul/max/min/and/or/xor of accumulator i and
     element i (each output on its own, so variadic bodies like an arg-max pair are refused).
     """
-    ops = [eqn.primitive.name for eqn in jaxpr.eqns]  # a Jaxpr or a ClosedJaxpr: both have eqns
+    ops = [
+        eqn.primitive.name for eqn in jaxpr.eqns
+    ]  # a Jaxpr or a ClosedJaxpr: both have eqns, invars, outvars
     refusal = NotImplementedError(
         f"reduce_window: the interpreter runs bodies that fold each operand with one of "
         f"{', '.join(sorted(MONOIDS))}; this body is {{{'; '.join(ops) or 'empty'}}}"
@@ -299,7 +302,8 @@ def _body_monoids(jaxpr, count: int) -> list[str]:
     for acc, element, out in zip(accumulators, elements, jaxpr.outvars, strict=True):
         eqn = next((e for e in jaxpr.eqns if out in e.outvars), None)
         # (Equations no output comes from are dead code; the monoids are binary, so this is
-        # `acc op element` or `element op acc`, which fold alike: all seven commute.)
+        # `acc op element` or `element op acc`, which fold alike: all seven commute, up to which
+        # NaN's payload a sum of two NaNs keeps.)
         if eqn is None or eqn.primitive.name not in MONOIDS or set(eqn.invars) != {acc, element}:
             raise refusal
         monoids.append(eqn.primitive.name)
@@ -336,8 +340,8 @@ def _select_and_scatter_add(source, operand, *, select_prim, window_dimensions, 
     window, strides, padding = _ints(window_dimensions), _ints(window_strides), _pairs(padding)
     if any(lo < 0 or hi < 0 for lo, hi in padding):
         raise NotImplementedError(
-            f"select_and_scatter_add: negative padding {padding} (XLA's lowering in JAX refuses it "
-            f"too, and no JAX gradient makes it)"
+            f"select_and_scatter_add: negative padding {padding} is not supported (JAX traces it "
+            f"but cannot run it: its lowering slices at a negative start)"
         )
     ones = (1,) * operand.ndim
     identity = _lowest(operand.dtype) if name == "ge" else _highest(operand.dtype)
