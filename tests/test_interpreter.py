@@ -268,6 +268,24 @@ def test_inputs_that_are_not_numpy_arrays_are_converted_first():
     assert got.dtype == np.float32
 
 
+def test_numpy_inputs_of_another_dtype_run_at_the_programs_dtype():
+    """A float64 array given to a float32 program is rounded to float32 first: the sum then rounds
+    as float32 does (1e8 + 5 + 5 is 1.0000002e8 in float32 steps, 1.0000001e8 in float64)."""
+    program = jax.make_jaxpr(lambda x: lax.reduce_window(x, np.float32(0), lax.add, (3,), (1,), "VALID"))(
+        f32(3)
+    )
+    (got,) = Interpreter(program)(np.array([1e8, 5.0, 5.0]))
+    assert got.dtype == np.float32
+    assert got.tobytes() == np.array([np.float32(1e8) + np.float32(5) + np.float32(5)]).tobytes()
+
+
+def test_a_wrong_number_of_inputs_is_named():
+    program = jax.make_jaxpr(lambda a, b: a * b)(f32(3), f32(3))
+    with pytest.raises(TypeError) as refused:
+        Interpreter(program, "train step")(f32(3))
+    assert str(refused.value) == "the captured train step takes 2 inputs, got 1"
+
+
 def test_the_readme_lists_every_primitive_with_a_rule():
     import re
     from pathlib import Path

@@ -233,19 +233,24 @@ class Interpreter:
         # Planning evaluates constant equations: in XLA's float environment too.
         with np.errstate(all="ignore"), xla_float_environment():
             self._plan = _Plan(program.jaxpr, program.consts, widen=widen)
+        self._label = label
         dtype_of = widened if widen else host_dtype
         self._input_dtypes = [dtype_of(v.aval.dtype) for v in program.jaxpr.invars]
         # Without widen, NumPy inputs of the right dtype pass through untouched (the hot path).
         self._convert_inputs = widen or any(is_extended(d) for d in self._input_dtypes)
 
     def __call__(self, *args: Any) -> list[Any]:
-        if self._convert_inputs:
+        if len(args) != len(self._input_dtypes):
+            raise TypeError(
+                f"the captured {self._label} takes {len(self._input_dtypes)} inputs, got {len(args)}"
+            )
+        # Every value in the plan has its declared dtype (the rules rely on it): jax.Arrays,
+        # lists, Python numbers and NumPy arrays of another dtype are converted on the way in.
+        if self._convert_inputs or not all(
+            isinstance(a, np.ndarray | np.generic) and a.dtype == d
+            for a, d in zip(args, self._input_dtypes, strict=True)
+        ):
             args = [host_value(a, d) for a, d in zip(args, self._input_dtypes, strict=True)]
-        elif not all(isinstance(a, np.ndarray | np.generic) for a in args):  # jax.Arrays, lists, floats
-            args = [
-                a if isinstance(a, np.ndarray | np.generic) else host_value(a, d)
-                for a, d in zip(args, self._input_dtypes, strict=True)
-            ]
         # Overflow to inf, 0/0 and the like are values here, as on XLA, not events to warn about;
         # and subnormals flush to zero as XLA's CPU code flushes them (FTZ and DAZ, at no cost).
         with np.errstate(all="ignore"), xla_float_environment():
