@@ -118,11 +118,13 @@ def test_statuses_are_read_from_mutmut_results():
     assert mutation.statuses(text) == {"pkg.mod.x_f__mutmut_1": "killed", "pkg.mod.x_f__mutmut_2": "no tests"}
 
 
-def test_score_counts_timeouts_as_detected_and_no_tests_as_not():
+def test_score_counts_timeouts_and_crashes_as_detected_and_no_tests_as_not():
     record = entry({"killed": 6, "timeout": 2, "no tests": 1, "survived": 1}, survivors=["m1", "m2"])
     assert (record.total, record.detected) == (10, 8)
     assert record.score({}) == 0.8
     assert record.score({"m1": "why"}) == 8 / 9
+    crashed = entry({"killed": 6, "segfault": 1, "survived": 1}, survivors=["m1"])
+    assert (crashed.total, crashed.detected, crashed.score({})) == (8, 7, 7 / 8)
     assert entry({"survived": 1}, survivors=["m1"]).score({"m1": "why"}) == 1.0
 
 
@@ -135,6 +137,7 @@ def test_module_records_keep_every_undetected_mutant_with_its_diff(tmp_path, mon
         "pkg.mod.x_f__mutmut_2": "survived",
         "pkg.mod.xǁCǁg__mutmut_1": "timeout",
         "pkg.mod.x_h__mutmut_1": "no tests",
+        "pkg.mod.x_k__mutmut_1": "segfault",
         "pkg.other.x_f__mutmut_1": "survived",
     }
     records = mutation.module_records(
@@ -142,7 +145,7 @@ def test_module_records_keep_every_undetected_mutant_with_its_diff(tmp_path, mon
     )
     assert list(records) == ["pkg.mod"]
     got = records["pkg.mod"]
-    assert got.statuses == {"killed": 1, "no tests": 1, "survived": 1, "timeout": 1}
+    assert got.statuses == {"killed": 1, "no tests": 1, "segfault": 1, "survived": 1, "timeout": 1}
     assert got.survivors == {
         "pkg.mod.x_f__mutmut_2": {"status": "survived", "diff": "diff of pkg.mod.x_f__mutmut_2"},
         "pkg.mod.x_h__mutmut_1": {"status": "no tests", "diff": "diff of pkg.mod.x_h__mutmut_1"},
@@ -184,7 +187,7 @@ def test_a_current_module_over_target_renders_ok():
         mutation.Record({"pkg.mod": entry({"killed": 9, "survived": 1}, ["m1"])}), equivalent={"m1": "same"}
     )
     assert verdict.ok
-    assert "| `pkg.mod` | 2026-12-02 | 10 | 9 | 0 | 0 | 1 (1) | 90.0% | 100.0% |" in verdict.text
+    assert "| `pkg.mod` | 2026-12-02 | 10 | 9 | 0 | 0 | 0 | 1 (1) | 90.0% | 100.0% |" in verdict.text
     assert "- `m1` (survived): equivalent: same" in verdict.text
 
 

@@ -260,6 +260,17 @@ def test_a_body_with_dead_equations_folds_its_live_one():
     check_exact(fn, x, expect="reduce_window")
 
 
+def test_base_dilation_without_padding_still_spreads_the_operand():
+    """Holes between elements and no padding: the fast path that returns the operand as it is
+    must not take this case (each window of 2 meets one hole)."""
+    x = np.array([[1.0, 2.0, 4.0], [8.0, 16.0, 32.0]], np.float32)
+    for dilation in ((2, 2), (1, 2), (2, 1)):
+        fn = lambda x, dilation=dilation: lax.reduce_window(  # noqa: E731
+            x, 0.0, lax.add, (1, 2), (1, 1), ((0, 0), (0, 0)), dilation
+        )
+        check_exact(fn, x, expect="reduce_window_sum")
+
+
 def test_signed_zeros_and_nan_in_pooling():
     """XLA's max is IEEE maximum: +0 beats -0 in either order, NaN wins; min the reverse. A sum
     padded around -0 stays -0 only from a -0 init (the generic body), never from reduce_window_sum."""
@@ -303,10 +314,18 @@ def test_pooling_gradient_ties_nan_and_padding():
 
 
 def test_conv_converts_operands_to_the_preferred_type_first():
-    """int16 3001 becomes float16 3000 before the products, float16 1+2^-10 becomes bfloat16 1."""
+    """int16 3001 becomes float16 3000 before the products, float16 1+2^-10 becomes bfloat16 1
+    (on either side of the convolution)."""
     ints = np.array([[[3001], [1]]], np.int16), np.array([[[1], [-3000]]], np.int16)
     halves = np.array([[[1 + 2**-10], [1]]], np.float16), np.array([[[1024], [-1024]]], np.float16)
-    for (a, b), preferred in ((ints, np.float16), (halves, BF16), (halves, np.float32)):
+    cases = (
+        (ints, np.float16),
+        (ints[::-1], np.float16),
+        (halves, BF16),
+        (halves[::-1], BF16),
+        (halves, np.float32),
+    )
+    for (a, b), preferred in cases:
 
         def conv(a, b, preferred=preferred):
             return lax.conv_general_dilated(a, b, (1,), "VALID", preferred_element_type=preferred)
@@ -482,6 +501,32 @@ def test_select_and_scatter_add_of_integers_and_booleans(dtype, chooser, geometr
         assume(accepted(pool, operand))
         source = data.draw(arrays(dtype, jax.eval_shape(pool, operand).shape))
         check_exact(scatter, source, operand, expect="select_and_scatter_add")
+
+
+#: (dtype, operand, source, window, stride): selections whose windows do not overlap (each
+#: position gets one source at most, written in place) and ones that do (sources summed).
+SCATTER_CASES = [
+    (np.bool_, [False, True, True, True, False, False], [True, True, False], 2, 2),
+    (np.bool_, [False, True, True, False, False, True], [True, False, True, True], 3, 1),
+    (np.int8, [3, 1, -4, 1, 5, -9], [100, 27, -128], 2, 2),
+    (np.int8, [3, 1, -4, 1, 5, -9], [100, 27, 100, -128], 3, 1),
+]
+
+
+@pytest.mark.parametrize(("dtype", "operand", "source", "window", "stride"), SCATTER_CASES)
+def test_select_and_scatter_add_of_fixed_booleans_and_wrapping_integers(
+    dtype, operand, source, window, stride
+):
+    primitive = scatter_primitive()
+    for chooser in (lax.ge_p, lax.le_p):
+
+        def scatter(source, operand, chooser=chooser):
+            geometry = dict(window_dimensions=(window,), window_strides=(stride,), padding=((0, 0),))
+            return primitive.bind(source, operand, select_prim=chooser, **geometry)
+
+        check_exact(
+            scatter, np.array(source, dtype), np.array(operand, dtype), expect="select_and_scatter_add"
+        )
 
 
 def test_pooling_gradient_refuses_negative_padding_as_jax_does():
@@ -722,6 +767,33 @@ def test_conv_gradients_bit_for_bit(geometry, data):
     check_exact(gradients, lhs, rhs, cotangent, expect="conv_general_dilated")
 
 
+@settings(RULE_SETTINGS, max_examples=60)
+@given(geometry=conv_geometry(gradients=True), lhs_dilation=st.integers(1, 3), data=st.data())
+def test_the_two_convolution_algorithms_agree_bit_for_bit(geometry, lhs_dilation, data):
+    """The gathered (im2col) and scattered (col2im) forms are the same sum, whichever the cost
+    model picks: compared directly on every generated geometry, with integer-valued float64 data
+    (every partial sum exact), so any difference is a wrong term, not rounding."""
+    lhs_shape, rhs_shape, params = geometry
+    specs = params["dimension_numbers"]
+    x = np.transpose(data.draw(small_ints(np.float64, lhs_shape)), specs.lhs_spec)
+    w = np.transpose(data.draw(small_ints(np.float64, rhs_shape)), specs.rhs_spec)
+    rank = x.ndim - 2
+    strides, padding = params["window_strides"], params["padding"]
+    lhs_dilations, rhs_dilations = (lhs_dilation,) * rank, params["rhs_dilation"]
+    groups = (params["feature_group_count"], params["batch_group_count"])
+    padded = [
+        windows._dilated(n, d) + lo + hi
+        for n, d, (lo, hi) in zip(x.shape[2:], lhs_dilations, padding, strict=True)
+    ]
+    counts = windows._window_counts(padded, w.shape[2:], strides, rhs_dilations)
+    assume(min(padded) >= 0 and math.prod(counts) > 0)
+    args = (x, w, strides, padding, lhs_dilations, rhs_dilations, *groups)
+    gathered = windows._convolve_gathered(*args)
+    scattered = windows._convolve_scattered(*args, counts)
+    assert gathered.shape == scattered.shape == (x.shape[0] // groups[1], w.shape[0], *counts)
+    assert np.array_equal(gathered, scattered)
+
+
 @settings(RULE_SETTINGS, max_examples=10)
 @given(geometry=conv_geometry(), data=st.data())
 def test_conv_float64_reference(geometry, data):
@@ -745,12 +817,14 @@ def test_conv_float64_reference(geometry, data):
 
 
 def test_conv_of_empty_operands():
-    """No batch, no features, or no window that fits: zeros (or nothing) of XLA's shape."""
+    """No batch, no input or output features, or no window that fits: zeros (or nothing) of XLA's
+    shape."""
     ones = lambda *shape: np.ones(shape, np.float32)  # noqa: E731
     for lhs, rhs in (
         (ones(0, 2, 5), ones(3, 2, 2)),
         (ones(2, 0, 5), ones(3, 0, 2)),
         (ones(2, 2, 1), ones(3, 2, 4)),
+        (ones(2, 2, 5), ones(0, 2, 2)),
     ):
         check_exact(
             lambda a, b: lax.conv_general_dilated(a, b, (1,), "VALID"),
@@ -758,6 +832,42 @@ def test_conv_of_empty_operands():
             rhs,
             expect="conv_general_dilated",
         )
+
+
+def test_integer_convolutions_wrap():
+    """Integer products and sums wrap modulo 2^bits as XLA's do, also past float64's 2^53."""
+    cases = (
+        (np.int8, [[[100, -100, 127, 3]]], [[[100, 99]]]),
+        (np.uint8, [[[200, 250, 3, 7]]], [[[255, 2]]]),
+        (np.int64, [[[2**40 + 3, -(2**41) - 1, 2**62, 5]]], [[[2**30 + 1, 3]]]),
+        (np.uint64, [[[2**63 + 1, 2**40 + 7, 2**64 - 1, 1]]], [[[2**33 + 5, 2**64 - 3]]]),
+    )
+    for dtype, lhs, rhs in cases:
+        with wide(dtype):
+            check_exact(
+                lambda a, b: lax.conv_general_dilated(a, b, (1,), "VALID"),
+                np.array(lhs, dtype),
+                np.array(rhs, dtype),
+                expect="conv_general_dilated",
+            )
+
+
+def test_float64_convolutions_accumulate_in_float64():
+    """Interpreter and XLA each sum 150 float64 products within lambda sqrt(n+1) 2^-53 sum|terms|
+    of the exact sum (the bound of `within_sum_bound`), so they differ by at most twice that; a
+    float32 accumulation would be off by about 2^-24 relative, 10^8 times more."""
+    rng = np.random.default_rng(5)
+    lhs, rhs = rng.standard_normal((2, 6, 9, 9)), rng.standard_normal((4, 6, 5, 5))
+    fn = lambda a, b: lax.conv_general_dilated(a, b, (1, 1), "VALID")  # noqa: E731
+    with x64():
+        closed = jax.make_jaxpr(fn)(lhs, rhs)
+        want = np.asarray(xla(fn)(lhs, rhs))
+        scale = np.asarray(xla(fn)(np.abs(lhs), np.abs(rhs)))
+    (got,) = Interpreter(closed)(lhs, rhs)
+    assert got.dtype == want.dtype == np.float64
+    allowed = 2 * probabilistic_bound(6 * 25 + 1) * 2.0**-53 * scale
+    assert np.all(np.abs(got - want) <= allowed), float(np.max(np.abs(got - want) / scale))
+    CASES_RUN["conv_general_dilated"] += 1
 
 
 def test_conv_refuses_complex_operands():

@@ -56,8 +56,9 @@ EQUIVALENT = REPO / "tools" / "mutation-equivalent.yaml"
 NAMED = REPO / "tools" / "mutation-named.yaml"
 RECORD = REPO / "results" / "checks" / "mutation.json"
 REPORT = REPO / "results" / "checks" / "mutation.md"
-#: Statuses that mean the tests noticed the mutant.
-DETECTED = ("killed", "timeout")
+#: Statuses that mean the tests noticed the mutant. A segfault is the test process dying (a
+#: mutant that hands NumPy a bad pointer): the suite fails as loudly as a failed assert.
+DETECTED = ("killed", "timeout", "segfault")
 TARGET = 0.90  # the floor: at least 90 % of each module's non-equivalent mutants detected
 SCHEMA = 1
 
@@ -334,13 +335,14 @@ def render(
         "Written by `tools/mutation.py` (mutmut) from `results/checks/mutation.json`, one record per "
         "module, each measured on the date shown at the source whose SHA-256 it keeps. Each mutant is "
         "one small change to a module (an operator, a constant, a condition); the tests that reach "
-        "it (pyproject.toml, [tool.mutmut]) run against it. Detected: killed, or timed out (the tests "
-        "hung on it). Not detected: survived, or no test calls the function (no tests). An "
-        "equivalent mutant computes what the original does; why is given for each.",
+        "it (pyproject.toml, [tool.mutmut]) run against it. Detected: killed, timed out (the tests "
+        "hung on it), or crashed (the test process died: a segfault). Not detected: survived, or no "
+        "test calls the function (no tests). An equivalent mutant computes what the original does; "
+        "why is given for each.",
         "",
-        "| module | measured | mutants | killed | timed out | no tests | survived (equivalent) "
+        "| module | measured | mutants | killed | timed out | crashed | no tests | survived (equivalent) "
         "| score | without equivalents |",
-        "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
     ]
     ok, problems = True, []
     for module in sorted(listed):
@@ -360,7 +362,7 @@ def render(
         ok &= real >= TARGET
         lines.append(
             f"| `{module}` | {entry.measured} | {entry.total} | {counts.get('killed', 0)} "
-            f"| {counts.get('timeout', 0)} | {counts.get('no tests', 0)} "
+            f"| {counts.get('timeout', 0)} | {counts.get('segfault', 0)} | {counts.get('no tests', 0)} "
             f"| {survived} ({entry.explained(equivalent)}) | {score:.1%} | {real:.1%} |"
         )
     stray = sorted(set(record.modules) - set(listed))
