@@ -1086,3 +1086,40 @@ def test_add_any_accumulates_gradients():
         x = np.array([1.5, -2.0, 0.25, -0.0], dtype)
         with x64():
             check(jax.grad(lambda y: jnp.sum(y * y + y)), x, expect="add_any")
+
+
+#: (sys.platform, platform.machine(), the fenv words, the word index and the bits to set).
+#: glibc's fenv_t: on x86_64 the x87 environment (7 words) then MXCSR, whose FTZ and DAZ bits are
+#: 0x8000 and 0x0040; on aarch64 FPCR then FPSR, FPCR's FZ bit 24 flushing inputs and outputs.
+FLOAT_ENVIRONMENTS = [
+    ("linux", "x86_64", (8, 7, 0x8040)),
+    ("linux", "AMD64", (8, 7, 0x8040)),
+    ("linux", "aarch64", (2, 0, 1 << 24)),
+    ("linux", "ARM64", (2, 0, 1 << 24)),
+    ("linux", "riscv64", None),
+    ("darwin", "arm64", None),
+    ("win32", "AMD64", None),
+]
+
+
+@pytest.mark.parametrize(("system", "machine", "expected"), FLOAT_ENVIRONMENTS)
+def test_the_float_environment_follows_glibcs_layout(monkeypatch, system, machine, expected):
+    """The environment is read once at import; here it is read again on each platform in turn."""
+    from gradlanes.program.rules import elementwise
+
+    monkeypatch.setattr(elementwise.sys, "platform", system)
+    monkeypatch.setattr(elementwise.platform, "machine", lambda: machine)
+    assert elementwise._environment_bits() == expected
+
+
+def test_this_machines_float_environment_flushes_and_is_restored(monkeypatch):
+    from gradlanes.program.rules import elementwise
+
+    found = elementwise._environment_bits()
+    if found is None or not hasattr(elementwise._LIBC, "fesetenv"):
+        pytest.skip("not Linux on x86_64 or aarch64: subnormals keep IEEE gradual underflow here")
+    monkeypatch.setattr(elementwise, "_ENVIRONMENT", found)
+    tiny = np.float32(2.0**-140)  # a subnormal
+    with elementwise.xla_float_environment():
+        inside = tiny * np.float32(1)
+    assert inside == 0 and tiny * np.float32(1) == tiny
