@@ -1123,3 +1123,35 @@ def test_this_machines_float_environment_flushes_and_is_restored(monkeypatch):
     with elementwise.xla_float_environment():
         inside = tiny * np.float32(1)
     assert inside == 0 and tiny * np.float32(1) == tiny
+
+
+#: (primitive, operands, params): dtypes JAX's own rules refuse before a jaxpr exists, so only a
+#: direct call reaches the rule's refusal; it names the primitive and the dtype.
+REFUSED_DTYPES = [
+    ("clz", (np.float32(1),), {}),
+    ("population_count", (np.float32(1),), {}),
+    ("not", (np.float32(1),), {}),
+    ("and", (np.float32(1), np.float32(1)), {}),
+    ("shift_left", (np.float32(1), np.float32(1)), {}),
+    ("mulhi", (np.float32(1), np.float32(1)), {}),
+    ("nextafter", (np.int32(1), np.int32(2)), {}),
+    ("pow", (np.int32(2), np.int32(3)), {}),
+    ("integer_pow", (np.bool_(True),), {"y": 2}),
+    ("sign", (np.bool_(True),), {}),
+    ("neg", (np.bool_(True),), {}),
+    ("abs", (np.bool_(True),), {}),
+    ("div", (np.bool_(True), np.bool_(True)), {}),
+    ("rem", (np.bool_(True), np.bool_(True)), {}),
+    ("exp", (np.int32(1),), {}),
+    ("reduce_precision", (np.int32(1),), {"exponent_bits": 8, "mantissa_bits": 7}),
+]
+
+
+@pytest.mark.parametrize(
+    ("primitive", "operands", "params"), REFUSED_DTYPES, ids=[c[0] for c in REFUSED_DTYPES]
+)
+def test_a_dtype_the_rule_cannot_run_is_refused_by_name(primitive, operands, params):
+    operands = [np.asarray(x) for x in operands]
+    with pytest.raises(NotImplementedError) as refused:
+        RULES[primitive](*operands, **params)
+    assert str(refused.value) == f"{primitive}: the interpreter has no rule for dtype {operands[0].dtype}"
