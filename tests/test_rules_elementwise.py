@@ -1155,3 +1155,13 @@ def test_a_dtype_the_rule_cannot_run_is_refused_by_name(primitive, operands, par
     with pytest.raises(NotImplementedError) as refused:
         RULES[primitive](*operands, **params)
     assert str(refused.value) == f"{primitive}: the interpreter has no rule for dtype {operands[0].dtype}"
+
+
+def test_64_bit_mulhi_with_a_zero_or_negative_operand():
+    """The signed 64-bit high half corrects the unsigned one only for a negative operand: a zero
+    one (either side) needs no correction, and -1 needs one."""
+    x = np.array([0, 0, -1, 5, -1, 2**62, -(2**63)], np.int64)
+    y = np.array([7, -7, 0, 0, -1, -3, -1], np.int64)
+    with x64():
+        check(lax.mulhi, x, y, expect="mulhi")
+        check(lax.mulhi, x.view(np.uint64), y.view(np.uint64), expect="mulhi")
