@@ -1165,3 +1165,60 @@ def test_64_bit_mulhi_with_a_zero_or_negative_operand():
     with x64():
         check(lax.mulhi, x, y, expect="mulhi")
         check(lax.mulhi, x.view(np.uint64), y.view(np.uint64), expect="mulhi")
+
+
+# ---- division by a broadcast ----------------------------------------------------------------------
+BROADCAST_SHAPE = (3, 4, 5)
+#: Which axes of BROADCAST_SHAPE a broadcast_in_dim keeps (the rest it repeats); None: a full array.
+KEPT_AXES = [(), (0,), (1,), (2,), (0, 1), (0, 2), (1, 2), None]
+
+
+def _quotient_pairs(dtype: np.dtype, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Small integers p, q whose quotient p / q and product p * (1 / q) differ in `dtype` (float32
+    or float64), so each case below tells a division from XLA's rewrite to a reciprocal."""
+    rng = np.random.default_rng(3)
+    p, q = (rng.integers(1, 200, 40 * count).astype(dtype) for _ in range(2))
+    differ = p / q != p * (dtype.type(1) / q)
+    return p[differ][:count], q[differ][:count]
+
+
+def _broadcast_operand(values: np.ndarray, kept):
+    """A function building BROADCAST_SHAPE from `values`: a full array, or a broadcast_in_dim of
+    the axes `kept` (its source the first values, reshaped)."""
+    size = int(np.prod(BROADCAST_SHAPE))
+    if kept is None:
+        return lambda a: a[:size].reshape(BROADCAST_SHAPE)
+    source = [BROADCAST_SHAPE[axis] for axis in kept]
+    count = int(np.prod(source, dtype=np.int64))
+    return lambda a: lax.broadcast_in_dim(a[:count].reshape(source), BROADCAST_SHAPE, kept)
+
+
+def test_division_by_a_broadcast_is_xlas_rewrite_for_every_pattern():
+    """XLA rewrites A / Broadcast(B) to A * Broadcast(1 / B), except where it first moves the
+    broadcast past the division: A a broadcast of one value, or of the same axes as B. Every pair
+    of patterns over three axes (a full array, a broadcast keeping any subset of axes), every
+    float dtype, bit for bit; on float32 and float64 each case divides operands whose quotient and
+    reciprocal product differ, so the test tells the two apart."""
+    cases = [(kx, ky) for kx in KEPT_AXES for ky in KEPT_AXES if ky is not None]
+    operands = []
+    for dtype in FLOATS:
+        p, q = _quotient_pairs(np.dtype(np.float64 if dtype == F64 else np.float32), 60)
+        operands += [p.astype(dtype), q.astype(dtype)]
+
+    def program(*xs):
+        results = []
+        for k in range(0, len(xs), 2):
+            a, b = xs[k], xs[k + 1]
+            for kx, ky in cases:
+                results.append(_broadcast_operand(a, kx)(a) / _broadcast_operand(b, ky)(b))
+            results.append(a[:5] / b[0])  # a 0-d divisor beside an array
+            results.append(a[0] / b[:5])  # a 0-d dividend
+            degenerate = lax.broadcast_in_dim(b[:5], (1, 5), (1,))  # repeats nothing
+            results.append(a[:5].reshape(1, 5) / degenerate)
+        return results
+
+    with x64():
+        check_bits(program, *operands, expect="div")
+    for dtype in (F32, F64):
+        p, q = _quotient_pairs(dtype, 60)
+        assert not np.array_equal(p / q, p * (dtype.type(1) / q))

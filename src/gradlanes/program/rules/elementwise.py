@@ -214,10 +214,21 @@ def _repeated_source(y: np.ndarray) -> np.ndarray | None:
     return y[tuple(slice(0, 1) if cut else slice(None) for cut in repeated)]
 
 
+def _sinks_past(x: np.ndarray, source: np.ndarray) -> bool:
+    """Whether XLA moves the broadcast of a divisor with this `source` past x / divisor: x is
+    a broadcast of one value, or repeats the same axes (its source has the same shape)."""
+    x_source = None if all(x.strides) else _repeated_source(x)
+    return x_source is not None and (x_source.size == 1 or x_source.shape == source.shape)
+
+
 def _float_divide(x, y, multiply=np.multiply, divide=np.true_divide):
-    """x / y, or x * (1 / y) where y is a broadcast and x is not: XLA's simplifier rewrites
-    A / Broadcast(B) to A * Broadcast(1 / B), so those quotients are rounded twice. A 0-d y
-    beside an array x is such a broadcast in HLO; so is a broadcast_in_dim result (stride 0)."""
+    """x / y, or x * (1 / y) where y is a broadcast: XLA's simplifier rewrites A / Broadcast(B)
+    to A * Broadcast(1 / B), so those quotients are rounded twice. A 0-d y beside an array x is
+    such a broadcast in HLO; so is a broadcast_in_dim result (stride 0). Before that rewrite XLA
+    moves a broadcast past the division where every other operand is a broadcast of a scalar or
+    the same broadcast, Broadcast(a) / Broadcast(b) = Broadcast(a / b): an x that is 0-d, a
+    broadcast of one value, or repeats exactly y's axes is divided (tests/test_rules_elementwise.py
+    checks every pattern of three axes against XLA)."""
     if not np.ndim(x):
         return divide(x, y)
     y = np.asarray(y)
@@ -225,7 +236,7 @@ def _float_divide(x, y, multiply=np.multiply, divide=np.true_divide):
         return divide(x, y)
     source = y if not y.ndim else _repeated_source(y)
     x = np.asarray(x)
-    if source is None or (not all(x.strides) and _repeated_source(x) is not None):
+    if source is None or _sinks_past(x, source):
         return divide(x, y)
     reciprocal = divide(source.dtype.type(1), source)
     if _flushes_in_software(np.result_type(source)):  # XLA's reciprocal of a huge B is 0
