@@ -42,6 +42,7 @@ from oracle import (
 from oracle import check as oracle_check
 
 from gradlanes.program.interpreter import RULES, Interpreter
+from gradlanes.program.rules import elementwise
 
 BOOL = np.dtype(np.bool_)
 BF16, F16, F32, F64 = (
@@ -835,6 +836,13 @@ ZERO_SIGN_CASES = {
     "rem": lambda x, y: lax.rem(x, y),
     "max": lambda x, y: (lax.max(x, y), lax.max(x, jnp.zeros_like(x)), lax.max(jnp.zeros_like(x), x)),
     "min": lambda x, y: (lax.min(x, y), lax.min(x, jnp.zeros_like(x)), lax.min(-jnp.zeros_like(x), x)),
+    # a zero of either sign as a broadcast constant on either side (the rules' fast paths)
+    "extremum_constants": lambda x, y: [
+        op(*((x, zero) if first else (zero, x)))
+        for op in (lax.max, lax.min)
+        for zero in (jnp.zeros_like(x), jnp.full_like(x, -0.0))
+        for first in (True, False)
+    ],
     "clamp": lambda x, y: (
         lax.clamp(jnp.zeros_like(x), x, y),
         lax.clamp(-jnp.zeros_like(x), x, jnp.zeros_like(x)),
@@ -1057,10 +1065,24 @@ def test_logistic_is_one_over_one_plus_exp():
     assert 2.0e-9 < float(jax.jit(lax.logistic)(np.float32(-20.0))) < 2.1e-9
 
 
+def _accuracy_refusal(name: str, accuracy) -> str:
+    return (
+        f"{name}: accuracy={accuracy!r} (a tolerance) is not honoured by the interpreter; "
+        "use accuracy=None, DEFAULT or HIGHEST"
+    )
+
+
 def test_unsupported_accuracy_is_named():
-    program = jax.make_jaxpr(lambda x: lax.exp(x, accuracy=lax.Tolerance(rtol=1e-9)))(np.float32(1))
-    with pytest.raises(NotImplementedError, match="exp: accuracy"):
+    tolerance = lax.Tolerance(rtol=1e-9)
+    program = jax.make_jaxpr(lambda x: lax.exp(x, accuracy=tolerance))(np.float32(1))
+    with pytest.raises(NotImplementedError) as refused:
         Interpreter(program)(np.float32(1))
+    assert str(refused.value) == _accuracy_refusal("exp", tolerance)
+    x = np.array([2.0], np.float32)
+    with pytest.raises(NotImplementedError) as refused:  # lax.pow takes no accuracy (yet): direct
+        RULES["pow"](x, x, accuracy=tolerance)
+    assert str(refused.value) == _accuracy_refusal("pow", tolerance)
+    assert RULES["pow"](x, x, accuracy=lax.AccuracyMode.HIGHEST) == 4
     program = jax.make_jaxpr(lambda x: lax.exp(x, accuracy=lax.AccuracyMode.HIGHEST))(np.float32(1))
     np.testing.assert_allclose(Interpreter(program)(np.float32(1))[0], np.e, rtol=1e-6)
 
@@ -1144,6 +1166,11 @@ REFUSED_DTYPES = [
     ("rem", (np.bool_(True), np.bool_(True)), {}),
     ("exp", (np.int32(1),), {}),
     ("reduce_precision", (np.int32(1),), {"exponent_bits": 8, "mantissa_bits": 7}),
+    # complex numbers, which no rule computes: JAX would trace them, the interpreter refuses
+    ("add", (np.complex64(1), np.complex64(1)), {}),
+    ("mul", (np.complex64(1), np.complex64(1)), {}),
+    ("max", (np.complex64(1), np.complex64(1)), {}),
+    ("min", (np.complex128(1), np.complex128(1)), {}),
 ]
 
 
@@ -1222,3 +1249,346 @@ def test_division_by_a_broadcast_is_xlas_rewrite_for_every_pattern():
     for dtype in (F32, F64):
         p, q = _quotient_pairs(dtype, 60)
         assert not np.array_equal(p / q, p * (dtype.type(1) / q))
+
+
+# ---- where the rules flush by themselves ----------------------------------------------------------
+def _smallest_normal(dtype: np.dtype) -> float:
+    return float(ml_dtypes.finfo(dtype).smallest_normal)
+
+
+#: Per float dtype: dividends, 0-d divisors whose reciprocal XLA flushes (huge) or keeps (exactly
+#: the smallest normal; float16's reciprocals are computed in float32, where its subnormals are
+#: normal), integer_pow bases whose chains pass through a subnormal or the smallest normal, and
+#: the smallest normal (asin's atan2 halves it: a subnormal XLA flushes, except in float16).
+FLUSH_OPERANDS = {
+    F32: ([1e30, -1e30, 4.0, 1e10], [3e38, 2.0**126], [2e-13, -2e-13, 7e-20, 3e-6, 5e-20]),
+    F64: ([1e300, -1e300, 4.0, 1e200], [1e308, 2.0**1022], [2.15e-103, -2.15e-103, 1.5e-154, 1e-44]),
+    BF16: ([1e30, -1e30, 4.0, 1e10], [3e38, 2.0**126], [2e-13, -2e-13, 7e-20, 3e-6, 5e-20]),
+    F16: ([1000.0, -1000.0, 4.0, 60000.0], [40000.0, 16384.0], [0.03, -0.03, 0.005, 0.2]),
+}
+CHAIN_POWERS = (-2, -3, -7, 3, 5)
+
+
+@pytest.mark.parametrize("processor_flushes", [True, False], ids=["ftz-daz", "rules-alone"])
+def test_intermediate_subnormals_flush_as_on_xla(processor_flushes, monkeypatch):
+    """Results that are normal numbers although an intermediate one is subnormal, which XLA
+    flushes: a division by a huge broadcast (XLA's reciprocal), integer_pow chains (1 / x^n),
+    asin of the smallest normal (its atan2 is a subnormal). Each dtype, inside XLA's float
+    environment and where it cannot be set, when the rules flush by themselves (float16 never
+    flushes: computed in float32, its subnormals are normal there). Also integer chains, which
+    have nothing to flush. Every case was checked to depend on the flush: see the assertion."""
+    if not processor_flushes:
+        monkeypatch.setattr(elementwise, "_ENVIRONMENT", None)
+    operands = []
+    for dtype, (dividends, divisors, bases) in FLUSH_OPERANDS.items():
+        operands += [np.array(dividends, dtype), *(np.array(d, dtype) for d in divisors)]
+        tiny = _smallest_normal(dtype)
+        operands += [np.array(bases, dtype), np.array([tiny, -tiny], dtype)]
+    operands.append(np.array([3, -2, 7, 0], np.int32))
+
+    def program(*xs):
+        out = []
+        for k in range(0, len(xs) - 1, 5):
+            dividends, huge, exact, bases, tiny = xs[k : k + 5]
+            out += [dividends / huge, dividends / exact, lax.asin(tiny)]
+            out += [lax.integer_pow(bases, n) for n in CHAIN_POWERS]
+        out += [lax.integer_pow(xs[-1], n) for n in (2, 3, 5)]
+        return out
+
+    with x64():
+        check(program, *operands, expect="integer_pow")
+    # the cases depend on the flush: unflushed, the float32 ones come out otherwise
+    f32_dividends = np.array(FLUSH_OPERANDS[F32][0], F32)
+    assert (f32_dividends * (np.float32(1) / np.float32(3e38)) != 0).all()
+    assert np.isfinite(np.float32(1) / (np.float32(7e-20) * np.float32(7e-20)))
+
+
+# ---- parameters and layouts the generated cases do not reach --------------------------------------
+def test_reduce_precision_down_to_one_exponent_bit_and_refused_below():
+    """exponent_bits 1 (and mantissa_bits 0) is the narrowest format XLA accepts; below it the
+    rule refuses by name (JAX refuses exponent_bits 0 before a jaxpr exists: a direct call)."""
+    x = values(np.random.default_rng(5), F32, (64,))
+    check(lambda a: [lax.reduce_precision(a, 1, m) for m in (0, 1, 3)], x, expect="reduce_precision")
+    for exponent_bits, mantissa_bits in ((0, 3), (1, -1), (0, -1)):
+        with pytest.raises(NotImplementedError) as refused:
+            RULES["reduce_precision"](x, exponent_bits=exponent_bits, mantissa_bits=mantissa_bits)
+        assert str(refused.value) == (
+            f"reduce_precision: exponent_bits={exponent_bits}, mantissa_bits={mantissa_bits} "
+            "(needs exponent_bits >= 1, mantissa_bits >= 0)"
+        )
+
+
+def test_round_refuses_an_unknown_method_by_name():
+    with pytest.raises(NotImplementedError) as refused:
+        RULES["round"](np.float32(1.5), rounding_method=2)
+    assert str(refused.value) == "round: rounding_method=2 is not supported"
+
+
+def test_bitcast_of_views_empty_arrays_and_a_wrong_last_dimension():
+    """Transposed and broadcast operands (views the interpreter's rules make), zero-size arrays
+    to a narrower and a wider dtype, and the refusal of a last dimension that does not fit."""
+    x = np.arange(24, dtype=np.float32).reshape(4, 6) * np.float32(1.37)
+    check(
+        lambda a: (
+            [lax.bitcast_convert_type(a.T, t) for t in (jnp.int32, jnp.uint16, jnp.uint8, jnp.bfloat16)]
+            + [lax.bitcast_convert_type(jnp.broadcast_to(a[0], (3, 6)), jnp.int16)]
+            + [lax.bitcast_convert_type(lax.bitcast_convert_type(a.T, jnp.uint16), jnp.float32)]
+        ),
+        x,
+        expect="bitcast_convert_type",
+    )
+    bitcast = RULES["bitcast_convert_type"]
+    for operand, new_dtype, shape in (
+        (np.zeros((0,), np.float32), np.int16, (0, 2)),
+        (np.zeros((0, 2), np.int16), np.float32, (0,)),
+        (np.zeros((0, 3), np.float64), np.uint8, (0, 3, 8)),
+    ):
+        result = bitcast(operand, new_dtype=new_dtype)
+        assert (result.dtype, result.shape) == (np.dtype(new_dtype), shape)
+    for operand in (np.float32(1), np.zeros(3, np.float32)):
+        with pytest.raises(ValueError) as refused:
+            bitcast(operand, new_dtype=np.float64)
+        assert str(refused.value) == (
+            f"bitcast_convert_type: float32{list(np.shape(operand))} to float64 needs a last dimension of 2"
+        )
+
+
+#: float64 values that round differently to float16/bfloat16 directly and through float32, as
+#: XLA converts: 1 + half an ulp of the narrow format + 2^-30 is past the midpoint (direct: up),
+#: but rounds to the midpoint in float32 first (then to even: down). (ml_dtypes already converts
+#: to bfloat16 through float32; NumPy converts float64 to float16 directly.)
+DOUBLE_ROUNDING = {
+    BF16: [1 + 2.0**-8 + 2.0**-30, -(1 + 2.0**-8 + 2.0**-30), 3 * (1 + 2.0**-8 + 2.0**-31)],
+    F16: [1 + 2.0**-11 + 2.0**-30, -(1 + 2.0**-11 + 2.0**-30), 1024 * (1 + 2.0**-11 + 2.0**-31)],
+}
+
+
+def test_conversions_to_narrow_floats_round_through_float32():
+    wide = np.array(DOUBLE_ROUNDING[BF16] + DOUBLE_ROUNDING[F16], np.float64)
+    integers = np.array([2**24 + 2**16 + 1, (2**24 + 2**16 + 1) * 2**8, -(2**40 + 2**32 + 1)], np.int64)
+    cases = np.array(DOUBLE_ROUNDING[F16], np.float64)  # NumPy's direct rounding is the other one
+    assert not np.array_equal(cases.astype(F16), cases.astype(F32).astype(F16))
+    with x64():
+        check(
+            lambda a, n: [lax.convert_element_type(v, t) for v in (a, n) for t in (BF16, F16)],
+            wide,
+            integers,
+            expect="convert_element_type",
+        )
+
+
+def test_convert_element_type_returns_the_new_dtype_itself():
+    """The plan casts each result to its declared dtype, which would hide a rule returning the
+    right values in another dtype (bfloat16 widened to float32 and returned as it is): each pair
+    of dtypes called directly."""
+    rng = np.random.default_rng(2)
+    with np.errstate(all="ignore"):
+        for source in ALL_DTYPES:
+            x = values(rng, source, (6,))
+            for target in ALL_DTYPES:
+                result = RULES["convert_element_type"](x, new_dtype=target, weak_type=False, sharding=None)
+                assert (result.dtype, result.shape) == (target, x.shape), f"{source} -> {target}"
+
+
+def test_float_to_integer_just_under_the_top_of_each_range():
+    """max - 1 (and max - 2) of each integer type as a float converts to itself, not to max: the
+    saturation bound is max + 1, exact as a float."""
+    wide, narrow = [], []
+    for dtype in INTEGERS:
+        top = int(np.iinfo(dtype).max)
+        cases = [float(top - 1), float(top - 2), -float(top - 1)]
+        wide.append(np.array(cases, np.float64))
+        if top < 2**24:
+            narrow.append(np.array(cases, np.float32))
+    with x64():
+        check(
+            lambda ws, ns: [lax.convert_element_type(v, t) for v in ws + ns for t in INTEGERS],
+            wide,
+            narrow,
+            expect="convert_element_type",
+        )
+
+
+def _neighbours(dtype: np.dtype) -> np.ndarray:
+    """Floats beside their next float up and down, negative and positive, small and large."""
+    centre = np.array([1.0, 1.5, 3.0, 1e4, 0.25, 2.0**-10], np.float64).astype(dtype)
+    centre = np.concatenate([centre, -centre])
+    bits = np.dtype(f"i{dtype.itemsize}")
+    return np.stack([centre, (centre.view(bits) + 1).view(dtype), (centre.view(bits) - 1).view(dtype)])
+
+
+def test_total_order_of_adjacent_floats():
+    """Floats one ulp apart in both directions, of both signs (every bit of the total-order key
+    matters: a key off in its low bit swaps neighbours)."""
+    with x64():
+        for dtype in FLOATS:
+            x = _neighbours(dtype)
+            pairs = [(x[0], x[1]), (x[1], x[0]), (x[0], x[2]), (x[2], x[0]), (x[0], x[0])]
+            check(
+                lambda *xs: [
+                    op.bind(a, b)
+                    for a, b in zip(xs[::2], xs[1::2], strict=True)
+                    for op in _total_order_primitives().values()
+                    if op is not None
+                ],
+                *[v for pair in pairs for v in pair],
+                expect="lt_to",
+            )
+
+
+def test_large_selects_with_a_broadcast_or_a_leading_zero_on_false():
+    """The bit select's shortcut (on_false all +0.0) is taken only for a broadcast +0.0: not for a
+    broadcast of another value, nor for a full array that merely starts with +0.0 (1-D and 2-D)."""
+    rng = np.random.default_rng(4)
+    which = rng.random((128, 64)) < 0.5
+    on_true = rng.standard_normal((128, 64)).astype(np.float32)
+    on_false = rng.standard_normal((128, 64)).astype(np.float32)
+    on_false.flat[0] = 0.0
+    check_bits(
+        lambda w, a, b: (
+            lax.select_n(w, jnp.full_like(a, -7.0), a),
+            lax.select_n(w, b, a),
+            lax.select_n(w.reshape(-1), b.reshape(-1), a.reshape(-1)),
+            lax.select_n(w, jnp.zeros_like(a), a),
+        ),
+        which,
+        on_true,
+        on_false,
+        expect="select_n",
+    )
+
+
+def test_pow_with_a_scalar_exponent_is_the_c_librarys_pow():
+    """NumPy's power takes shortcuts for a scalar (stride-0) exponent: sqrt for 0.5, which gives
+    NaN for -inf and -0.0 for -0.0 where pow gives +inf and +0.0. Also a one-element array."""
+    x = np.array([-np.inf, -0.0, 0.0, 4.0, 2.0, np.inf], np.float32)
+    for exponent in (0.5, 2.0, -1.0):
+        check_bits(
+            lambda a, e=exponent: (lax.pow(a, jnp.float32(e)), lax.pow(a[:1], jnp.float32(e))),
+            x,
+            expect="pow",
+        )
+    assert np.isnan(np.power(x[:1], np.float32(0.5)))  # the shortcut this guards against
+
+
+def test_the_float_environment_adds_its_bits_only_and_nests():
+    """Inside, the environment is the one saved with the flush bits set and nothing else changed
+    (the exception masks kept); a nested environment leaves the outer one flushing."""
+    found = elementwise._environment_bits()
+    if found is None or not hasattr(elementwise._LIBC, "fesetenv"):
+        pytest.skip("not Linux on x86_64 or aarch64: there is no environment to set")
+    import ctypes
+
+    words, index, bits = found
+
+    def current():
+        env = (ctypes.c_uint32 * words)()
+        elementwise._LIBC.fegetenv(env)
+        return list(env)
+
+    outside = current()
+    with elementwise.xla_float_environment():
+        inside = current()
+        with elementwise.xla_float_environment():
+            assert elementwise._Mode.flushing is True
+        assert elementwise._Mode.flushing is True and current() == inside
+    assert elementwise._Mode.flushing is False and current() == outside
+    expected = list(outside)
+    expected[index] |= bits
+    assert inside == expected
+
+
+# ---- where a formula switches branches ------------------------------------------------------------
+def _sinh_large(x):
+    log_half = jnp.asarray(-np.log(2), x.dtype)
+    return lax.exp(x + log_half) - lax.exp(log_half - x)
+
+
+def _sinh_small(x):
+    e = lax.expm1(x)
+    return (e + e / (e + jnp.asarray(1, x.dtype))) * jnp.asarray(0.5, x.dtype)
+
+
+def _in_f32(formula):
+    """chlo computes sinh in float32 for float16/bfloat16 and rounds once."""
+    return lambda x: formula(x.astype(jnp.float32)).astype(x.dtype) if x.dtype in (F16, BF16) else formula(x)
+
+
+def _acosh_large(x):
+    return lax.log(x) + jnp.asarray(np.log(2), x.dtype)
+
+
+def _acosh_small(x):
+    below = lax.sqrt(x + jnp.asarray(-1, x.dtype))
+    return lax.log1p(below * (lax.sqrt(x + jnp.asarray(1, x.dtype)) + below))
+
+
+def _asinh_large(x):
+    return lax.log(x) + jnp.asarray(np.log(2), x.dtype)
+
+
+def _asinh_small(x):
+    square = x * x
+    return lax.log1p(x + square / (lax.sqrt(square + jnp.asarray(1, x.dtype)) + jnp.asarray(1, x.dtype)))
+
+
+def _below(value: float, dtype: np.dtype) -> float:
+    """The largest `dtype` value under `value` (itself a `dtype` value)."""
+    bits = np.dtype(f"u{dtype.itemsize}")
+    return float(np.array(np.array(value, dtype).view(bits) - 1, bits).view(dtype).astype(np.float64))
+
+
+def _branch_points(dtype: np.dtype) -> dict[str, tuple[list[float], list[float]]]:
+    """Per formula: (inputs of its large branch, inputs of its small branch) at and beside chlo's
+    thresholds: |x| < 1 for sinh, x >= max / 2 for acosh, |x| >= sqrt(max) for asinh (positive
+    x: the sign is applied after the branch)."""
+    top = float(ml_dtypes.finfo(dtype).max)
+    root = float(np.array(np.sqrt(top), dtype).astype(np.float64))
+    return {
+        "sinh": ([1.0, -1.0, 1.5, -1.5], [_below(1.0, dtype), -_below(1.0, dtype), 0.5]),
+        "acosh": ([top / 2, top], [_below(top / 2, dtype), top / 3]),
+        "asinh": ([root, 2 * root], [_below(root, dtype)]),
+    }
+
+
+FORMULA_BRANCHES = {
+    "sinh": (lax.sinh, _in_f32(_sinh_large), _in_f32(_sinh_small)),
+    "acosh": (lax.acosh, _acosh_large, _acosh_small),
+    "asinh": (lax.asinh, _asinh_large, _asinh_small),
+}
+
+
+def test_formula_branches_switch_where_chlos_do():
+    """At and beside each threshold, the primitive equals, bit for bit, its own branch formula
+    evaluated by the same engine from the same leaves: on XLA (which confirms chlo's threshold)
+    and in the interpreter. Same-engine relations need no error budget, so a threshold off by
+    one value shows wherever the two branches round apart (in float16/bfloat16 by whole ulps:
+    acosh's small branch overflows at max / 2 in bfloat16)."""
+    operands, layout = [], []
+    for dtype in FLOATS:
+        for name, (large, small) in _branch_points(dtype).items():
+            operands += [np.array(large, dtype), np.array(small, dtype)]
+            layout.append((dtype, name))
+
+    def program(*xs):
+        out = []
+        for (_, name), large, small in zip(layout, xs[::2], xs[1::2], strict=True):
+            primitive, large_branch, small_branch = FORMULA_BRANCHES[name]
+            out.append((primitive(large), large_branch(large), primitive(small), small_branch(small)))
+        return out
+
+    with x64():
+        closed = jax.make_jaxpr(program)(*operands)
+        for engine, results in (
+            ("XLA", jax.jit(program)(*operands)),
+            ("interpreter", Interpreter(closed)(*operands)),
+        ):
+            leaves = [np.asarray(r).astype(np.float64) for r in jax.tree_util.tree_leaves(results)]
+            for k, (dtype, name) in enumerate(layout):
+                prim_large, large, prim_small, small = leaves[4 * k : 4 * k + 4]
+                assert np.array_equal(prim_large, large), f"{engine} {name} {dtype}: not the large branch"
+                assert np.array_equal(prim_small, small), f"{engine} {name} {dtype}: not the small branch"
+    with np.errstate(over="ignore"):  # the cases tell the branches apart: bfloat16 acosh at max / 2
+        at_half = np.array(_branch_points(BF16)["acosh"][0][:1], BF16)
+        (small_there,) = Interpreter(jax.make_jaxpr(_acosh_small)(at_half))(at_half)
+    assert np.isinf(np.asarray(small_there, np.float32)).all()
