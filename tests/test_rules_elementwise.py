@@ -1184,6 +1184,8 @@ REFUSED_DTYPES = [
     ("mul", (np.complex64(1), np.complex64(1)), {}),
     ("max", (np.complex64(1), np.complex64(1)), {}),
     ("min", (np.complex128(1), np.complex128(1)), {}),
+    ("neg", (np.complex64(1),), {}),
+    ("abs", (np.complex64(1),), {}),
 ]
 
 
@@ -1647,3 +1649,23 @@ def test_narrow_leaves_are_their_float32_leaf_rounded_once():
     every = operands[0].astype(np.float32)
     with np.errstate(all="ignore"):  # the test can tell: float64 rounds some float16 exp apart
         assert not np.array_equal(np.exp(every).astype(F16), np.exp(every.astype(np.float64)).astype(F16))
+
+
+BINARY = tuple(sorted(name for name, spec in SPECS.items() if spec.arity == 2))
+
+
+@pytest.mark.parametrize("name", BINARY)
+def test_a_scalar_first_operand_beside_an_array(name):
+    """lax's binary primitives take a 0-d operand on either side of an array (the generated
+    cases put it second): each binary rule with a 0-d first operand, every dtype it accepts."""
+    spec = SPECS[name]
+    rng = np.random.default_rng(6)
+    make = spec.operands or (lambda rng, dtype, shape, position: values(rng, dtype, shape, spec.subnormals))
+    operands = [make(rng, dtype, shape, k) for dtype in spec.dtypes for k, shape in enumerate([(), (2, 5)])]
+    with x64():
+        check(
+            _program(name, 2, len(operands) // 2),
+            *operands,
+            ulps=lambda dtype: _budget(spec, dtype),
+            expect=spec.expect or name,
+        )
