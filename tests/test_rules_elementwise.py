@@ -1669,3 +1669,11 @@ def test_a_scalar_first_operand_beside_an_array(name):
             ulps=lambda dtype: _budget(spec, dtype),
             expect=spec.expect or name,
         )
+
+
+def test_pow_of_one_and_two_element_arrays():
+    """_power copies its operands (doubling a single element) so NumPy sees full arrays: arrays of
+    one and two elements keep each element's own power."""
+    x = np.array([2.0, 3.0], np.float32)
+    y = np.array([0.5, 3.0], np.float32)
+    check_bits(lambda a, b: (lax.pow(a, b), lax.pow(a[:1], b[:1]), lax.pow(a[1:], b[1:])), x, y, expect="pow")
