@@ -261,3 +261,24 @@ def test_stale_chooses_the_changed_and_the_unmeasured_modules(tmp_path, monkeypa
     assert mutation.chosen(every, listed, record) == listed
     with pytest.raises(SystemExit, match="not listed in pyproject.toml"):
         mutation.chosen(argparse.Namespace(modules=["nope"], stale=False), listed, record)
+
+
+def test_a_suspicious_mutant_is_run_again_to_name_the_signal_that_ended_it(tmp_path, monkeypatch):
+    """mutmut calls an exit code it has no name for "suspicious" (a SIGFPE among them); the tool
+    runs the mutant's tests in mutmut's copy again and counts a death by signal as a crash."""
+    tests = tmp_path / "mutants" / "tests"
+    tests.mkdir(parents=True)
+    (tests / "test_x.py").write_text(
+        "import os, signal\n"
+        "def test_x():\n"
+        "    if os.environ.get('MUTANT_UNDER_TEST') == 'pkg.mod.x_f__mutmut_1':\n"
+        "        os.kill(os.getpid(), signal.SIGFPE)\n"
+    )
+    monkeypatch.setattr(mutation, "REPO", tmp_path)
+    monkeypatch.setattr(mutation, "selected_tests", lambda: ["tests/test_x.py"])
+    env = dict(__import__("os").environ)
+    assert mutation.crash_signal("pkg.mod.x_f__mutmut_1", env) == "SIGFPE"
+    assert mutation.crash_signal("pkg.mod.x_f__mutmut_2", env) is None
+    crashed = entry({"killed": 6, "crashed": 1, "suspicious": 1})
+    assert (crashed.total, crashed.detected) == (8, 7)
+    assert "| 8 | 6 | 0 | 1 | 0 |" in render(mutation.Record({"pkg.mod": crashed})).text

@@ -37,6 +37,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -57,8 +58,12 @@ NAMED = REPO / "tools" / "mutation-named.yaml"
 RECORD = REPO / "results" / "checks" / "mutation.json"
 REPORT = REPO / "results" / "checks" / "mutation.md"
 #: Statuses that mean the tests noticed the mutant. A segfault is the test process dying (a
-#: mutant that hands NumPy a bad pointer): the suite fails as loudly as a failed assert.
-DETECTED = ("killed", "timeout", "segfault")
+#: mutant that hands NumPy a bad pointer): the suite fails as loudly as a failed assert. So is
+#: "crashed": mutmut calls an exit it has no name for "suspicious", and tools/mutation.py runs
+#: each such mutant again to find the signal that ended it (SIGFPE: a mutant that unmasks
+#: floating-point exceptions).
+DETECTED = ("killed", "timeout", "segfault", "crashed")
+CRASHES = ("segfault", "crashed")
 TARGET = 0.90  # the issue's floor: at least 90 % of each module's non-equivalent mutants detected
 SCHEMA = 1
 
@@ -242,6 +247,9 @@ def measure(modules: dict[str, str], env: dict, max_children: int, reuse: bool) 
                 "run it there with pytest to see why"
             )
     found = statuses(mutmut("results", "--all", "true", env=env))
+    for name, status in found.items():
+        if status == "suspicious" and module_of(name) in modules and crash_signal(name, env):
+            found[name] = "crashed"
     return module_records(
         found,
         modules,
@@ -249,6 +257,21 @@ def measure(modules: dict[str, str], env: dict, max_children: int, reuse: bool) 
         measured=datetime.now(UTC).strftime("%Y-%m-%d"),
         version=metadata.version("mutmut"),
     )
+
+
+def crash_signal(mutant: str, env: dict, timeout_s: int = 1800) -> str | None:
+    """The signal that ends the selected tests on `mutant` in mutmut's copy (mutants/), or None
+    when they end by themselves (or outlast `timeout_s`: then the mutant stays suspicious)."""
+    copy = REPO / "mutants"
+    mutated_env = {**env, "MUTANT_UNDER_TEST": mutant, "PYTHONPATH": str(copy / "src")}
+    pytest = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
+    try:
+        done = subprocess.run(
+            [*pytest, *selected_tests()], cwd=copy, env=mutated_env, capture_output=True, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired:
+        return None
+    return signal.Signals(-done.returncode).name if done.returncode < 0 else None
 
 
 # ---- named mutants -------------------------------------------------------------------------------
@@ -336,7 +359,8 @@ def render(
         "module, each measured on the date shown at the source whose SHA-256 it keeps. Each mutant is "
         "one small change to a module (an operator, a constant, a condition); the tests that reach "
         "it (pyproject.toml, [tool.mutmut]) run against it. Detected: killed, timed out (the tests "
-        "hung on it), or crashed (the test process died: a segfault). Not detected: survived, or no "
+        "hung on it), or crashed (the test process died: a segfault, or a signal such as SIGFPE found by "
+        "running a mutant mutmut calls suspicious again). Not detected: survived, suspicious, or no "
         "test calls the function (no tests). An equivalent mutant computes what the original does; "
         "why is given for each.",
         "",
@@ -357,12 +381,13 @@ def render(
                 f"`{module}` changed since it was measured: run `tools/mutation.py --modules {module}`"
             )
         counts = entry.statuses
+        crashed = sum(counts.get(status, 0) for status in CRASHES)
         survived = len(entry.survivors) - counts.get("no tests", 0)
         score, real = entry.detected / entry.total, entry.score(equivalent)
         ok &= real >= TARGET
         lines.append(
             f"| `{module}` | {entry.measured} | {entry.total} | {counts.get('killed', 0)} "
-            f"| {counts.get('timeout', 0)} | {counts.get('segfault', 0)} | {counts.get('no tests', 0)} "
+            f"| {counts.get('timeout', 0)} | {crashed} | {counts.get('no tests', 0)} "
             f"| {survived} ({entry.explained(equivalent)}) | {score:.1%} | {real:.1%} |"
         )
     stray = sorted(set(record.modules) - set(listed))
