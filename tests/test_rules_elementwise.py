@@ -1257,6 +1257,8 @@ def test_division_by_a_broadcast_is_xlas_rewrite_for_every_pattern():
             results.append(a[0] / b[:5])  # a 0-d dividend
             degenerate = lax.broadcast_in_dim(b[:5], (1, 5), (1,))  # repeats nothing
             results.append(a[:5].reshape(1, 5) / degenerate)
+            for kept, count in (((1,), 5), ((0,), 2)):  # an axis of length 2 repeated
+                results.append(a[:10].reshape(2, 5) / lax.broadcast_in_dim(b[:count], (2, 5), kept))
         return results
 
     with x64():
