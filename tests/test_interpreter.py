@@ -297,3 +297,101 @@ def test_the_readme_lists_every_primitive_with_a_rule():
     rows = [line.split("|")[2] for line in block.splitlines() if line.startswith("| ") and "---" not in line]
     listed = {name for row in rows[1:] for name in re.findall(r"`([\w-]+)`", row.split("(")[0])}
     assert listed == set(RULES) | set(STRUCTURED) | set(CALL_JAXPR_PARAM)
+
+
+# ---- the plan and its edges --------------------------------------------------------------------
+def test_an_unsupported_primitive_inside_a_nested_program_is_named_in_full():
+    """find_unsupported walks nested jaxprs (here a scan body), and the error says what to do."""
+    program = jax.make_jaxpr(
+        lambda x: lax.scan(lambda c, row: (c + jnp.linalg.eigh(row.reshape(1, 1))[0].sum(), c), 0.0, x)
+    )(f32(3, 1))
+    with pytest.raises(UnsupportedPrimitive) as refused:
+        Interpreter(program, "probe")
+    assert str(refused.value) == (
+        "the interpreter has no rule for primitive(s) eigh used in the captured probe; add a rule to "
+        "gradlanes.program.rules or run this lane on engine 'xla'"
+    )
+
+
+def test_widened_dtypes_of_the_float64_reference():
+    """Every float narrower than float64 (float16 and bfloat16 too) and complex64 widen; the rest,
+    and JAX's PRNG key dtype, stay."""
+    from gradlanes.program.interpreter import widened
+
+    assert widened(np.float16) == widened(np.float32) == widened(jnp.bfloat16) == np.float64
+    assert widened(np.complex64) == np.complex128
+    for kept in (np.float64, np.complex128, np.int8, np.int32, np.uint64, np.bool_):
+        assert widened(kept) == np.dtype(kept)
+    key_dtype = jax.random.key(0).dtype
+    assert widened(key_dtype) is key_dtype
+
+
+def test_the_reference_widens_dtype_parameters_but_not_bit_level_rules():
+    """With widen, a convert_element_type to float16 yields float64 (the exact value), while a
+    bitcast and nextafter still see the program's own dtypes (EXACT_DTYPES)."""
+    x = np.array([1.0, 1 / 3, -2.5e-3, 70000.0], np.float32)
+    program = jax.make_jaxpr(
+        lambda a: (
+            a.astype(jnp.float16),
+            lax.bitcast_convert_type(a, jnp.int32),
+            lax.nextafter(a, jnp.full_like(a, np.inf)),
+        )
+    )(x)
+    half, bits, after = Interpreter(program, widen=True)(x)
+    assert half.dtype == np.float64 and np.array_equal(half, x.astype(np.float64))
+    assert bits.dtype == np.int32 and np.array_equal(bits, x.view(np.int32))
+    assert np.array_equal(after, np.nextafter(x, np.float32(np.inf)).astype(np.float64))
+
+
+def test_constant_equations_are_evaluated_once_when_planned():
+    """An equation of literals only (autodiff's `div 1.0 64.0`) becomes a value of the plan, not a
+    step; the steps left are the ones that read an input."""
+    program = jax.make_jaxpr(lambda x: x * (jnp.float32(1) / jnp.float32(64)) + jnp.zeros(3, jnp.float32))(
+        f32(3)
+    )
+    interpreter = Interpreter(program)
+    names = [step.fn for step in interpreter._plan.steps]
+    assert len(names) == 2, names  # the mul and the add; the div and the broadcast are folded
+    x = f32(3)
+    np.testing.assert_array_equal(interpreter(x)[0], x * np.float32(1 / 64))
+
+
+def test_each_intermediate_is_dropped_after_its_last_reader():
+    """Peak memory near XLA's: every step frees the slots it read last (inputs and intermediates),
+    never an output, a literal or a constant; a value read twice is freed at its second reader."""
+    program = jax.make_jaxpr(lambda x: (((x * 2) + x) * 3, x - 1))(f32(4))
+    plan = Interpreter(program)._plan
+    outputs = set(plan.output_slots)
+    held = {slot for slot, value in enumerate(plan.template) if value is not None}
+    readers: dict[int, list[int]] = {}
+    for index, step in enumerate(plan.steps):
+        for slot in step.ins:
+            readers.setdefault(slot, []).append(index)
+    for slot, at in readers.items():
+        freed_at = [index for index, step in enumerate(plan.steps) if slot in step.frees]
+        expected = [] if slot in outputs or slot in held else [max(at)]
+        assert freed_at == expected, (slot, at, freed_at)
+    assert any(step.frees for step in plan.steps)
+
+
+def test_outputs_are_ordinary_arrays_even_where_rules_return_views():
+    """A broadcast (read-only, stride 0) or transposed result comes back as a C-contiguous,
+    writeable array of the same values; a 0-d result stays 0-d."""
+    program = jax.make_jaxpr(lambda x: (jnp.broadcast_to(x, (3, 4)), x[None, :].T, x.sum()))(f32(4))
+    x = f32(4)
+    wide, column, total = Interpreter(program)(x)
+    for value in (wide, column):
+        assert value.flags.c_contiguous and value.flags.writeable
+    np.testing.assert_array_equal(wide, np.broadcast_to(x, (3, 4)))
+    np.testing.assert_array_equal(column, x[:, None])
+    assert total.shape == () and isinstance(total, np.ndarray)
+
+
+def test_multiple_results_of_a_nested_call_keep_their_declared_dtypes():
+    """A nested jit returns several values; each is held at its declared dtype (an integer and a
+    float from one call)."""
+    program = jax.make_jaxpr(jax.jit(lambda x: (x.astype(jnp.int16), x * 2)))(f32(5, low=-9, high=9))
+    x = f32(5, low=-9, high=9)
+    small, double = Interpreter(program)(x)
+    assert (small.dtype, double.dtype) == (np.int16, np.float32)
+    np.testing.assert_array_equal(small, x.astype(np.int16))
