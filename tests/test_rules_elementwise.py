@@ -1147,12 +1147,20 @@ def test_the_float_environment_follows_glibcs_layout(monkeypatch, system, machin
     assert elementwise._environment_bits() == expected
 
 
-def test_this_machines_float_environment_flushes_and_is_restored(monkeypatch):
+def _settable_float_environment() -> tuple[int, int, int]:
+    """This machine's (fenv words, word index, flush bits), or the test is skipped."""
     from gradlanes.program.rules import elementwise
 
     found = elementwise._environment_bits()
     if found is None or not hasattr(elementwise._LIBC, "fesetenv"):
         pytest.skip("not Linux on x86_64 or aarch64: subnormals keep IEEE gradual underflow here")
+    return found
+
+
+def test_this_machines_float_environment_flushes_and_is_restored(monkeypatch):
+    from gradlanes.program.rules import elementwise
+
+    found = _settable_float_environment()
     monkeypatch.setattr(elementwise, "_ENVIRONMENT", found)
     tiny = np.float32(2.0**-140)  # a subnormal
     with elementwise.xla_float_environment():
@@ -1491,9 +1499,7 @@ def test_pow_with_a_scalar_exponent_is_the_c_librarys_pow():
 def test_the_float_environment_adds_its_bits_only_and_nests():
     """Inside, the environment is the one saved with the flush bits set and nothing else changed
     (the exception masks kept); a nested environment leaves the outer one flushing."""
-    found = elementwise._environment_bits()
-    if found is None or not hasattr(elementwise._LIBC, "fesetenv"):
-        pytest.skip("not Linux on x86_64 or aarch64: there is no environment to set")
+    found = _settable_float_environment()
     import ctypes
 
     words, index, bits = found
@@ -1531,17 +1537,14 @@ def _in_f32(formula):
     return lambda x: formula(x.astype(jnp.float32)).astype(x.dtype) if x.dtype in (F16, BF16) else formula(x)
 
 
-def _acosh_large(x):
+def _log_plus_log2(x):
+    """The large branch of acosh and of asinh (for positive x): log(x) + log 2."""
     return lax.log(x) + jnp.asarray(np.log(2), x.dtype)
 
 
 def _acosh_small(x):
     below = lax.sqrt(x + jnp.asarray(-1, x.dtype))
     return lax.log1p(below * (lax.sqrt(x + jnp.asarray(1, x.dtype)) + below))
-
-
-def _asinh_large(x):
-    return lax.log(x) + jnp.asarray(np.log(2), x.dtype)
 
 
 def _asinh_small(x):
@@ -1570,9 +1573,19 @@ def _branch_points(dtype: np.dtype) -> dict[str, tuple[list[float], list[float]]
 
 FORMULA_BRANCHES = {
     "sinh": (lax.sinh, _in_f32(_sinh_large), _in_f32(_sinh_small)),
-    "acosh": (lax.acosh, _acosh_large, _acosh_small),
-    "asinh": (lax.asinh, _asinh_large, _asinh_small),
+    "acosh": (lax.acosh, _log_plus_log2, _acosh_small),
+    "asinh": (lax.asinh, _log_plus_log2, _asinh_small),
 }
+
+
+def _on_each_engine(program, closed, operands, dtype):
+    """(engine, its output leaves as `dtype`) for XLA and the interpreter, for the same-engine
+    relations below (each engine's results compared only with its own)."""
+    for engine, results in (
+        ("XLA", jax.jit(program)(*operands)),
+        ("interpreter", Interpreter(closed)(*operands)),
+    ):
+        yield engine, [np.asarray(r).astype(dtype) for r in jax.tree_util.tree_leaves(results)]
 
 
 def test_formula_branches_switch_where_chlos_do():
@@ -1596,11 +1609,7 @@ def test_formula_branches_switch_where_chlos_do():
 
     with x64():
         closed = jax.make_jaxpr(program)(*operands)
-        for engine, results in (
-            ("XLA", jax.jit(program)(*operands)),
-            ("interpreter", Interpreter(closed)(*operands)),
-        ):
-            leaves = [np.asarray(r).astype(np.float64) for r in jax.tree_util.tree_leaves(results)]
+        for engine, leaves in _on_each_engine(program, closed, operands, np.float64):
             for k, (dtype, name) in enumerate(layout):
                 prim_large, large, prim_small, small = leaves[4 * k : 4 * k + 4]
                 assert np.array_equal(prim_large, large), f"{engine} {name} {dtype}: not the large branch"
@@ -1635,11 +1644,7 @@ def test_narrow_leaves_are_their_float32_leaf_rounded_once():
 
     closed = jax.make_jaxpr(program)(*operands)
     with np.errstate(all="ignore"):
-        for engine, results in (
-            ("XLA", jax.jit(program)(*operands)),
-            ("interpreter", Interpreter(closed)(*operands)),
-        ):
-            leaves = [np.asarray(r).astype(np.float32) for r in jax.tree_util.tree_leaves(results)]
+        for engine, leaves in _on_each_engine(program, closed, operands, np.float32):
             labels = [(dtype, name) for dtype in (F16, BF16) for name in NARROW_AS_FLOAT32]
             for (dtype, name), narrow, rounded in zip(labels, leaves[::2], leaves[1::2], strict=True):
                 same = (narrow.view(np.uint32) == rounded.view(np.uint32)) | (

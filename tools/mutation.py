@@ -66,6 +66,8 @@ DETECTED = ("killed", "timeout", "segfault", "crashed")
 CRASHES = ("segfault", "crashed")
 TARGET = 0.90  # the issue's floor: at least 90 % of each module's non-equivalent mutants detected
 SCHEMA = 1
+#: How the tool runs the selected tests itself: to the first failure, in file order.
+PYTEST = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
 
 
 # ---- what is listed, and what its source is ------------------------------------------------------
@@ -264,10 +266,9 @@ def crash_signal(mutant: str, env: dict, timeout_s: int = 1800) -> str | None:
     when they end by themselves (or outlast `timeout_s`: then the mutant stays suspicious)."""
     copy = REPO / "mutants"
     mutated_env = {**env, "MUTANT_UNDER_TEST": mutant, "PYTHONPATH": str(copy / "src")}
-    pytest = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
     try:
         done = subprocess.run(
-            [*pytest, *selected_tests()], cwd=copy, env=mutated_env, capture_output=True, timeout=timeout_s
+            [*PYTEST, *selected_tests()], cwd=copy, env=mutated_env, capture_output=True, timeout=timeout_s
         )
     except subprocess.TimeoutExpired:
         return None
@@ -320,9 +321,8 @@ def run_named(mutant: NamedMutant, env: dict) -> str | None:
         ).stdout.strip()
         if not where.startswith(scratch):
             raise SystemExit(f"the mutated copy is not what the tests import (they import {where})")
-        pytest = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
         done = subprocess.run(
-            [*pytest, *selected_tests()], cwd=REPO, env=mutated_env, capture_output=True, text=True
+            [*PYTEST, *selected_tests()], cwd=REPO, env=mutated_env, capture_output=True, text=True
         )
     if done.returncode == 0:
         return None
