@@ -56,15 +56,21 @@ ORDERED = (BOOL,) + INTEGERS + FLOATS
 BOOL_OR_INT = (BOOL,) + INTEGERS
 
 
-def _interpreter_flushes_subnormals() -> bool:
+@functools.cache
+def interpreter_flushes() -> bool:
     """Whether the interpreter runs in XLA's float environment (1e-39 + 0 is 0, as on XLA), or in
-    NumPy's IEEE mode, the difference tests/oracle.py declares (no subnormal inputs then)."""
+    NumPy's IEEE mode, the difference tests/oracle.py declares (no subnormal inputs then). Asked
+    when a test needs it, not at import: a broken interpreter then fails tests, not collection."""
     x = np.float32(1e-39)
     (total,) = Interpreter(jax.make_jaxpr(lax.add)(x, x))(x, np.float32(0))
     return not total
 
 
-INTERPRETER_FLUSHES = _interpreter_flushes_subnormals()
+def _skip_unless_flushing():
+    if not interpreter_flushes():
+        pytest.skip("the interpreter runs in NumPy's IEEE mode")
+
+
 _PREPARED: dict = {}
 
 
@@ -280,7 +286,7 @@ def values(
     choice = rng.random(size)
     out = np.where(choice < 0.35, picked, np.where(choice < 0.6, bits, _moderate(rng, dtype, size)))
     out = out.astype(dtype).reshape(shape)
-    if (INTERPRETER_FLUSHES and subnormals) or dtype.kind not in "fV":
+    if (interpreter_flushes() and subnormals) or dtype.kind not in "fV":
         return out
     # NumPy's IEEE mode (oracle.arrays has no subnormals), or an operand whose subnormals XLA's
     # kernels read by their bits (see READS_SUBNORMAL_BITS): the smallest normal of the sign, an
@@ -955,11 +961,11 @@ def test_jnp_statistics_and_masked_logsumexp_gradients():
     check(jax.grad(lambda a: per_row(a).sum()), rows, expect="select_n")  # 1 / count or 0: exact
 
 
-@pytest.mark.skipif(not INTERPRETER_FLUSHES, reason="the interpreter runs in NumPy's IEEE mode")
 def test_subnormals_flush_as_on_xla():
     """In XLA's float environment (elementwise.xla_float_environment) subnormal inputs and
     results flush as on XLA CPU: 1e-39 + 0 is 0 and 1e-39 == 3e-39; bit operations (neg, abs,
     select, copies) keep them."""
+    _skip_unless_flushing()
     tiny = np.array([1e-39, -1e-39, 3e-39, 1e-45], np.float32)
     other = np.array([0.0, 0.0, 1e-39, -3e-39], np.float32)
 
@@ -1017,13 +1023,13 @@ def _flush(x: np.ndarray) -> np.ndarray:
     return np.where(subnormal, np.copysign(0.0, wide).astype(x.dtype), x)
 
 
-@pytest.mark.skipif(not INTERPRETER_FLUSHES, reason="the interpreter runs in NumPy's IEEE mode")
 @pytest.mark.parametrize("name", READS_SUBNORMAL_BITS)
 def test_subnormal_operands_read_as_zero_where_xla_kernels_read_bits(name):
     """Each operand in turn subnormal (the others generated values, subnormals included), every
     float dtype whose subnormals are subnormal in float32 (float16's are not, and stay): the
     interpreter gives bit for bit what it gives on the flushed operands, and that is within the
     leaf budget of XLA on the flushed operands."""
+    _skip_unless_flushing()
     spec = SPECS[name]
     rng = np.random.default_rng(7)
     for dtype in (F32, F64, BF16):
