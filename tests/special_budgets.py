@@ -67,11 +67,6 @@ CALL = {
     F64: {"exp": 0.0, "log": 1 + 1.5, "sin": 1 + 1.5, "cos": 1 + 1.5, "pow": 1 + 4, "rsqrt": 1 + 1.5},
 }
 
-COVERED = {
-    "erf", "erfc", "erf_inv", "lgamma", "digamma", "bessel_i0e", "bessel_i1e", "igamma", "igammac",
-    "igamma_grad_a", "zeta", "polygamma", "regularized_incomplete_beta",
-}  # fmt: skip
-
 # ---- budgets in ulps of XLA's result -------------------------------------------------------------
 #: float64 erf is glibc's erf (1 ulp) against SciPy's (Cephes: relative error 3.7e-16 = 1.67 EPS,
 #: so 3.4 ulp).

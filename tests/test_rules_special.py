@@ -34,6 +34,12 @@ from special_budgets import (
 
 from gradlanes.program.interpreter import Interpreter
 
+#: The primitives whose generated cases this module runs (tests/test_interpreter.py).
+COVERED = {
+    "erf", "erfc", "erf_inv", "lgamma", "digamma", "bessel_i0e", "bessel_i1e", "igamma", "igammac",
+    "igamma_grad_a", "zeta", "polygamma", "regularized_incomplete_beta",
+}  # fmt: skip
+
 
 # ---- generated cases -----------------------------------------------------------------------------
 def operands(name: str, dtype: np.dtype, in_domain: bool):
