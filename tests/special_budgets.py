@@ -506,6 +506,36 @@ LOOP_SHAPES = st.sampled_from([(), (0,), (5,)])
 NUMERIC = (np.ndarray, np.generic)
 
 
+# ---- jax.random.normal: sqrt(2) erf_inv(u) -------------------------------------------------------
+def normal_budget(u: np.ndarray, sample: np.ndarray, recovered: bool = False) -> np.ndarray:
+    """sqrt(2) erf_inv(u): erf_inv's budget carried through the product, which rounds on both sides
+    (1 ulp of the sample).
+
+    `recovered`: u is not known but recovered from XLA's sample as erf(sample / sqrt 2). That moves
+    the budget's magnitudes by some ulps of the sample, and its ulp steps by a binade at most: the
+    budget is doubled. And it moves w by about 3.3 times the sample's error near w = 5: XLA's and the
+    rule's w are taken to straddle the branch point wherever the recovered w is within 1 of it (a
+    sample off by the 0.3 that would take to mislead it fails any budget here).
+    """
+    value, error = erf_inv_bound(u, F32, window=1.0 if recovered else 0.0)
+    erf_inv_allowed = rounded_once(value, error, F32)
+    return math.sqrt(2) * (2 if recovered else 1) * erf_inv_allowed + ulp(F32, sample)
+
+
+def normal_sample_budget(_, sample, w):
+    """A jax.random normal sample's budget, u recovered from it, plus the uniform's rounding carried
+    through erf_inv.
+
+    jax.random.uniform ends with u = j * (max - min) + min, which XLA contracts into one FMA and the
+    interpreter rounds twice (its mul and add are separate rules): |du| <= 0.5 ulp(j * (max - min)),
+    at most 2**-24 as |j * (max - min)| < 2. The sample sqrt(2) erf_inv(u) moves by du times its
+    derivative sqrt(2 pi) / 2 * exp(sample^2 / 2).
+    """
+    u = sc.erf(sample / math.sqrt(2))
+    uniform_rounding = 2.0**-24 * math.sqrt(2 * math.pi) / 2 * np.exp(sample * sample / 2)
+    return normal_budget(u, sample, recovered=True) + uniform_rounding
+
+
 def check_special(fn, args: list, budget: Budget, expect: str, widened: bool = False) -> None:
     """`fn(*args)` in the interpreter against XLA: XLA's dtype, shape, NaN and infinities exactly,
     finite values within `budget` (plus one narrow ulp for float16 and bfloat16).

@@ -23,10 +23,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from jax.extend.random import random_seed, threefry2x32_p, threefry_prng_impl
 from oracle import RULE_SETTINGS, check, shapes, x64
+from special_budgets import check_special, normal_sample_budget
 
 from gradlanes.program.interpreter import Interpreter, UnsupportedPrimitive
+from gradlanes.program.jaxcompat import random_seed, threefry2x32_p, threefry_prng_impl
 from gradlanes.program.rules import prng
 from gradlanes.program.rules.prng import (
     KEY_LAYOUT,
@@ -598,26 +599,14 @@ def test_uniform_matches_xla(partitionable):
             )
 
 
-#: normal is sqrt(2) * erf_inv(u), its uniform u exact (the span 1 - nextafter(-1, 0) rounds to 2.0
-#: in float32, so XLA's fused multiply-add rounds as a multiply then add). The erf_inv rule follows
-#: XLA's float32 polynomial with XLA's FMAs and parts from it only in log1p's log call (XLA's float32
-#: log: 1 ulp, xla/codegen/intrinsic/accuracy/accuracy_budget.h; the rule's, float64 rounded: 0.5),
-#: which the polynomial carries with relative sensitivity at most 0.6 (tests/test_rules_special.py):
-#: 2 * 0.6 * 1.5 ulp, plus its last FMA and the product with u, 1 each. The product with sqrt(2) makes
-#: k ulp at most 2k (a float32 ulp is 2**-24 to 2**-23 of the magnitude) and rounds once each side.
-ERF_INV_ULPS = 2 * 0.6 * 1.5 + 2
-NORMAL_ULPS = 2 * ERF_INV_ULPS + 1
-
-
 @pytest.mark.parametrize("partitionable", [True, False])
 def test_normal_matches_xla(partitionable):
+    """sqrt(2) erf_inv(u) of each layout's uniforms, within the per-element budget that
+    tests/special_budgets.py derives for a sample (`normal_sample_budget`)."""
     with counter_layout(partitionable):
-        check(
-            lambda k: [jax.random.normal(k, shape) for shape in SAMPLE_SHAPES],
-            jax.random.key(4),
-            ulps=NORMAL_ULPS,
-            expect="erf_inv",
-        )
+        for shape in SAMPLE_SHAPES:
+            sampler = functools.partial(jax.random.normal, shape=shape)
+            check_special(sampler, [jax.random.key(4)], normal_sample_budget, "erf_inv")
 
 
 @pytest.mark.parametrize("partitionable", [True, False])

@@ -13,6 +13,7 @@ import jax
 import jax.core
 import numpy as np
 from jax.extend.core import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var, jaxpr_as_fun
+from jax.extend.random import random_seed, threefry2x32_p, threefry_prng_impl
 
 #: jax.monitoring event recorded once per XLA backend compilation (jax/_src/dispatch.py).
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
@@ -132,7 +133,10 @@ __all__ = [
     "key_data",
     "key_impl",
     "jaxpr_as_fun",
+    "random_seed",  # random_seed, threefry2x32_p, threefry_prng_impl: for the PRNG rules' tests
     "sub_jaxprs",
+    "threefry2x32_p",
+    "threefry_prng_impl",
     "without_source_locations",
     "wrap_key_data",
 ]
