@@ -1384,28 +1384,47 @@ def test_bitcast_of_views_empty_arrays_and_a_wrong_last_dimension():
         )
 
 
-#: float64 values that round differently to float16/bfloat16 directly and through float32, as
-#: XLA converts: 1 + half an ulp of the narrow format + 2^-30 is past the midpoint (direct: up),
-#: but rounds to the midpoint in float32 first (then to even: down). (ml_dtypes already converts
-#: to bfloat16 through float32; NumPy converts float64 to float16 directly.)
+#: float64 values that round differently to float16/bfloat16 directly and through float32:
+#: 1 + half an ulp of the narrow format + 2^-30 is past the midpoint (directly: up), but rounds to
+#: the midpoint in float32 first (then to even: down). (ml_dtypes already converts to bfloat16
+#: through float32; NumPy converts float64 to float16 directly.)
 DOUBLE_ROUNDING = {
     BF16: [1 + 2.0**-8 + 2.0**-30, -(1 + 2.0**-8 + 2.0**-30), 3 * (1 + 2.0**-8 + 2.0**-31)],
     F16: [1 + 2.0**-11 + 2.0**-30, -(1 + 2.0**-11 + 2.0**-30), 1024 * (1 + 2.0**-11 + 2.0**-31)],
 }
+#: DOUBLE_ROUNDING[F16] rounded once, and through float32 (both worked by hand).
+F16_ROUNDED_ONCE = [1 + 2.0**-10, -(1 + 2.0**-10), 1025.0]
+F16_ROUNDED_TWICE = [1.0, -1.0, 1024.0]
 
 
-def test_conversions_to_narrow_floats_round_through_float32():
+def test_conversions_to_bfloat16_round_through_float32():
+    """From float64 and from integers wider than float32's mantissa, as XLA does on every CPU (the
+    integers to float16 too, where float32 is exact in float16's range)."""
     wide = np.array(DOUBLE_ROUNDING[BF16] + DOUBLE_ROUNDING[F16], np.float64)
     integers = np.array([2**24 + 2**16 + 1, (2**24 + 2**16 + 1) * 2**8, -(2**40 + 2**32 + 1)], np.int64)
-    cases = np.array(DOUBLE_ROUNDING[F16], np.float64)  # NumPy's direct rounding is the other one
-    assert not np.array_equal(cases.astype(F16), cases.astype(F32).astype(F16))
     with x64():
         check(
-            lambda a, n: [lax.convert_element_type(v, t) for v in (a, n) for t in (BF16, F16)],
+            lambda a, n: (
+                [lax.convert_element_type(a, BF16)] + [lax.convert_element_type(n, t) for t in (BF16, F16)]
+            ),
             wide,
             integers,
             expect="convert_element_type",
         )
+
+
+def test_float64_to_float16_rounds_once_on_every_machine():
+    """XLA CPU's float64 -> float16 is the CPU's: one rounding where LLVM lowers it to one
+    instruction (AVX-512 FP16), two through float32 below (`XLA_FLAGS=--xla_cpu_max_isa=AVX2`
+    shows both on one Sapphire Rapids). The interpreter gives the one IEEE answer everywhere, and
+    XLA here gives one of the two."""
+    cases = np.array(DOUBLE_ROUNDING[F16], np.float64)
+    with x64():
+        jaxpr = jax.make_jaxpr(lambda a: lax.convert_element_type(a, F16))(cases)
+        (interpreted,) = Interpreter(jaxpr)(cases)
+        compiled = np.asarray(jax.jit(lambda a: lax.convert_element_type(a, F16))(cases))
+    np.testing.assert_array_equal(interpreted, np.array(F16_ROUNDED_ONCE, F16), strict=True)
+    assert compiled.tolist() in (F16_ROUNDED_ONCE, F16_ROUNDED_TWICE), compiled
 
 
 def test_convert_element_type_returns_the_new_dtype_itself():

@@ -15,8 +15,10 @@ running XLA on edge values (tests/test_rules_elementwise.py pins each of these):
 - Integers wrap; division rounds toward zero, `x / 0` is all ones (-1, or the unsigned maximum),
   `INT_MIN / -1` is INT_MIN, `x % 0` is x; shifts past the width give 0 (or the sign for an
   arithmetic shift); `and`/`or`/`xor`/`not` are bitwise on integers, logical on booleans.
-- float -> int conversion truncates and saturates, NaN -> 0; float64 -> float16 rounds through
-  float32 (twice), as every conversion to bfloat16 does.
+- float -> int conversion truncates and saturates, NaN -> 0; every conversion to bfloat16 rounds
+  through float32 (twice). float64 -> float16 rounds once: XLA CPU rounds once where LLVM has one
+  instruction for it (AVX-512 FP16) and through float32 below (`--xla_cpu_max_isa=AVX2` on the
+  same machine), so the interpreter gives IEEE's answer, one of XLA's two, on every machine.
 - max/min propagate NaN and order -0.0 below +0.0; sign keeps -0.0 and NaN.
 - XLA's simplifier rewrites a division by a broadcast, A / Broadcast(B), to A * (1 / B): two
   roundings, which `div` reproduces for 0-d and broadcast (stride-0) divisors.
@@ -928,8 +930,9 @@ def _convert(x, *, new_dtype, **_):
         x, source = x.astype(_F32), _F32
         if new_dtype == _F32:
             return x
-    if new_dtype == BFLOAT16 or (source == _F64 and new_dtype == _F16):
+    if new_dtype == BFLOAT16:
         x = x.astype(_F32)  # XLA rounds to float32 first (ints, float16, float64 alike)
+    # float64 -> float16 rounds once (NumPy's cast), IEEE's answer: XLA CPU's depends on the CPU.
     if new_dtype == np.bool_ and _is_float(source):
         return x != 0  # NaN is true; subnormals compare as zero, as on XLA
     return x.astype(new_dtype)
