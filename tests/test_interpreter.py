@@ -398,3 +398,57 @@ def test_multiple_results_of_a_nested_call_keep_their_declared_dtypes():
     small, double = Interpreter(program)(x)
     assert (small.dtype, double.dtype) == (np.int16, np.float32)
     np.testing.assert_array_equal(small, x.astype(np.int16))
+
+
+def test_a_nested_plan_given_the_wrong_number_of_operands_refuses():
+    """Structured rules (scan, while, cond) call their bodies' plans with operand lists they slice
+    themselves: one operand too few or too many is an error there, never a body run on a partial
+    or shifted environment."""
+    from gradlanes.program.interpreter import _Planner
+
+    body = jax.make_jaxpr(lambda a, b: a * b)(f32(3), f32(3))
+    a, b = f32(3), f32(3)
+    for widen in (False, True):
+        run = _Planner(widen)(body.jaxpr, body.consts)
+        np.testing.assert_array_equal(run(a, b)[0], a * b)
+        for operands in ((a,), (a, b, a)):
+            with pytest.raises(ValueError, match="zip"):
+                run(*operands)
+
+
+def test_a_rule_returning_fewer_results_than_its_equation_declares_is_an_error(monkeypatch):
+    """A multiple-result rule that drops one (here `split`, patched to keep its first half only)
+    fails the step, instead of leaving the declared output unset and returning it as None."""
+    program = jax.make_jaxpr(lambda x: jnp.split(x, 2))(f32(4))
+    assert [eqn.primitive.name for eqn in program.jaxpr.eqns] == ["split"]
+    split = RULES["split"]
+    monkeypatch.setitem(RULES, "split", lambda *operands, **params: split(*operands, **params)[:1])
+    with pytest.raises(ValueError, match="zip"):
+        Interpreter(program)(f32(4))
+
+
+def test_keys_the_interpreter_returned_can_be_fed_back_in():
+    """A training loop carries its PRNG key from step to step: a key the interpreter returned (a
+    KeyArray) is a valid input to the next call, and the chain of keys is JAX's."""
+    from gradlanes.program.rules.prng import KeyArray
+
+    step = jax.make_jaxpr(lambda key: jax.random.fold_in(key, 7))(jax.random.key(0))
+    run = Interpreter(step)
+    theirs = mine = jax.random.key(3)
+    for _ in range(3):
+        theirs = jax.random.fold_in(theirs, 7)
+        (mine,) = run(mine)
+        assert isinstance(mine, KeyArray)
+    np.testing.assert_array_equal(mine.data, jax.random.key_data(theirs))
+
+
+def test_dtype_parameters_given_as_scalar_types_widen_like_dtypes():
+    """Under widen a dtype-valued parameter becomes float64 whether it is a dtype or a NumPy scalar
+    type; values of other kinds (shapes, numbers, strings) pass through untouched."""
+    from gradlanes.program.interpreter import _widen_param
+
+    for narrow in (np.float32, np.dtype(np.float16), np.complex64):
+        assert _widen_param(narrow) in (np.float64, np.complex128)
+    assert _widen_param(np.int32) == np.dtype(np.int32)
+    for other in ((2, 3), 7, "HIGHEST", None, int):
+        assert _widen_param(other) is other
