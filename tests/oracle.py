@@ -213,7 +213,12 @@ def check(fn: Callable, *args: Any, ulps: float = 0.0, expect: str | None = None
         assert expect in found, f"{expect} not in the traced program ({sorted(found)})"
     flat_args = jax.tree_util.tree_leaves(args)
     want = [_host(x) for x in jax.tree_util.tree_leaves(xla(fn)(*args))]
+    # NumPy inputs of the program's dtype enter the plan uncopied (the hot path): a rule that
+    # wrote into its operands would change the caller's arrays, a model's weights among them.
+    given = [(x, x.copy()) for x in flat_args if isinstance(x, np.ndarray)]
     got = [_host(x) for x in Interpreter(closed)(*flat_args)]
+    for x, before in given:
+        assert x.tobytes() == before.tobytes(), f"the interpreter wrote into an input of {expect or fn}"
     assert len(got) == len(want), f"{len(got)} outputs, JAX gives {len(want)}"
     for index, (w, g) in enumerate(zip(want, got, strict=True)):
         assert_same(w, np.asarray(g), ulps, f"output {index} of {expect or fn}")

@@ -452,3 +452,13 @@ def test_dtype_parameters_given_as_scalar_types_widen_like_dtypes():
     assert _widen_param(np.int32) == np.dtype(np.int32)
     for other in ((2, 3), 7, "HIGHEST", None, int):
         assert _widen_param(other) is other
+
+
+def test_the_oracle_notices_a_rule_that_writes_into_its_operands(monkeypatch):
+    """oracle.check runs every generated case with the caller's arrays uncopied, as the engine
+    does, and fails when one comes back changed (a neg that negates in place, here)."""
+    from oracle import check
+
+    monkeypatch.setitem(RULES, "neg", lambda x, **_: np.negative(x, out=x))
+    with pytest.raises(AssertionError, match="wrote into an input"):
+        check(lambda x: -x, f32(4), expect="neg")
