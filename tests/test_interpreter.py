@@ -462,3 +462,20 @@ def test_the_oracle_notices_a_rule_that_writes_into_its_operands(monkeypatch):
     monkeypatch.setitem(RULES, "neg", lambda x, **_: np.negative(x, out=x))
     with pytest.raises(AssertionError, match="wrote into an input"):
         check(lambda x: -x, f32(4), expect="neg")
+
+
+def test_overflow_division_by_zero_and_invalid_operations_are_values_not_warnings():
+    """As on XLA, exp's overflow, x / 0 and log of a negative are inf and NaN, silently: NumPy
+    would warn on each (a RuntimeWarning per step of a training run), so the interpreter turns
+    its floating-point error reports off while it runs."""
+    import warnings
+
+    program = jax.make_jaxpr(lambda x: (jnp.exp(x), x / jnp.zeros_like(x), jnp.log(-x)))(f32(2))
+    x = np.array([100.0, 0.0], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = Interpreter(program)(x)
+    expected = ([np.inf, 1.0], [np.inf, np.nan], [np.nan, -np.inf])  # IEEE's, and XLA's
+    for have, want, xla in zip(got, expected, eval_jaxpr(program, x), strict=True):
+        np.testing.assert_array_equal(have, np.array(want, np.float32))
+        np.testing.assert_array_equal(np.asarray(xla), np.array(want, np.float32))
