@@ -282,3 +282,39 @@ def test_a_suspicious_mutant_is_run_again_to_name_the_signal_that_ended_it(tmp_p
     crashed = entry({"killed": 6, "crashed": 1, "suspicious": 1})
     assert (crashed.total, crashed.detected) == (8, 7)
     assert "| 8 | 6 | 0 | 1 | 0 |" in render(mutation.Record({"pkg.mod": crashed})).text
+
+
+def test_a_recheck_moves_the_newly_killed_survivors_and_keeps_the_rest():
+    """After tests are added, only the survivors run again: a killed one leaves the survivors and
+    its count moves from survived to killed; the total and the detected mutants stay as they were."""
+    before = entry({"killed": 7, "survived": 3}, ["m1", "m2", "m3"])
+    after = mutation.rechecked(
+        before, {"m1": "killed", "m2": "survived", "m3": "timeout"}, "3.8.1", "2026-12-06"
+    )
+    assert after.statuses == {"killed": 8, "survived": 1, "timeout": 1}
+    assert after.total == before.total
+    assert sorted(after.survivors) == ["m2"]
+    assert after.survivors["m2"] == before.survivors["m2"]
+    assert (after.measured, after.rechecked, after.source_sha256) == ("2026-12-02", "2026-12-06", "a" * 64)
+    shown = render(mutation.Record({"pkg.mod": after}), equivalent={"m2": "same"}).text
+    assert "| `pkg.mod` | 2026-12-02, survivors rerun 2026-12-06 | 10 | 8 | 1 | 0 | 0 | 1 (1) |" in shown
+
+
+@pytest.mark.parametrize(
+    "again, message",
+    [
+        ({"m1": "killed"}, "1 not run, 0 not survivors"),
+        ({"m1": "killed", "m2": "killed", "x": "killed"}, "0 not run, 1 not survivors"),
+    ],
+)
+def test_a_recheck_must_judge_exactly_the_survivors(again, message):
+    with pytest.raises(SystemExit, match=message):
+        mutation.rechecked(entry({"killed": 1, "survived": 2}, ["m1", "m2"]), again, "3.8.1", "2026-12-06")
+
+
+def test_a_recheck_refuses_a_record_of_another_source(tmp_path, monkeypatch):
+    monkeypatch.setattr(mutation, "REPO", tmp_path)
+    (tmp_path / "src" / "pkg").mkdir(parents=True)
+    (tmp_path / "src" / "pkg" / "mod.py").write_text("changed = True\n")
+    with pytest.raises(SystemExit, match="measure it whole"):
+        mutation.recheck(entry({"survived": 1}, ["m1"]), "pkg.mod", {}, 1)

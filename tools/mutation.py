@@ -12,6 +12,7 @@ it (`--modules NAME`) and committing the record, which is how the report stays t
     python tools/mutation.py --stale               # the modules whose source changed, or never measured
     python tools/mutation.py --modules gradlanes.program.rules.linalg
     python tools/mutation.py --render              # rewrite mutation.md from the record, run nothing
+    python tools/mutation.py --modules NAME --recheck   # after adding tests: run its survivors again
 
 Each run: `mutmut run` on the chosen modules' mutants (the tests it runs them against are the
 selection in [tool.mutmut]; mutmut picks, per mutated function, the tests that call it), then every
@@ -140,6 +141,7 @@ class ModuleRecord:
     mutmut: str
     statuses: dict[str, int]
     survivors: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> status, diff
+    rechecked: str | None = None  # the UTC date its survivors were last run again (--recheck)
 
     @property
     def total(self) -> int:
@@ -258,6 +260,74 @@ def measure(modules: dict[str, str], env: dict, max_children: int, reuse: bool) 
         lambda name: diff_of(name, env),
         measured=datetime.now(UTC).strftime("%Y-%m-%d"),
         version=metadata.version("mutmut"),
+    )
+
+
+def recheck(
+    record: ModuleRecord, module: str, env: dict, max_children: int, reuse: bool = False
+) -> ModuleRecord:
+    """`record` with its survivors run again against today's tests; its detected mutants kept.
+
+    Why this is sound: the record stands for the module's source at `source_sha256`, and a test
+    added since can only kill more of its mutants, so only the survivors need running again. A
+    whole module with the interpreter's tests behind it is hours; its survivors are minutes.
+    """
+    if record.source_sha256 != source_sha256(record.file):
+        raise SystemExit(
+            f"{module}'s record was measured at another source of {record.file}: "
+            f"measure it whole (--modules {module}), not --recheck"
+        )
+    if not record.survivors:
+        return record
+    names = sorted(record.survivors)
+    if not reuse:  # with reuse: mutmut's last run (mutants/) judged these survivors already
+        shutil.rmtree(REPO / "mutants", ignore_errors=True)
+        done = subprocess.run(
+            [str(MUTMUT), "run", "--max-children", str(max_children), *names], cwd=REPO, env=env
+        )
+        if done.returncode != 0:
+            raise SystemExit(
+                f"mutmut run exited {done.returncode} (its output is above): the record is unchanged"
+            )
+    found = statuses(mutmut("results", "--all", "true", env=env))
+    missing = [name for name in names if found.get(name, "not checked") == "not checked"]
+    if missing:
+        raise SystemExit(f"{len(missing)} survivors of {module} were not run again (first: {missing[0]})")
+    for name in names:
+        if found[name] == "suspicious" and crash_signal(name, env):
+            found[name] = "crashed"
+    return rechecked(
+        record,
+        {name: found[name] for name in names},
+        metadata.version("mutmut"),
+        datetime.now(UTC).strftime("%Y-%m-%d"),
+    )
+
+
+def rechecked(record: ModuleRecord, again: dict[str, str], version: str, date: str) -> ModuleRecord:
+    """`record` with each survivor's status replaced by `again[name]`, its counts moved to match."""
+    not_run, strangers = set(record.survivors) - set(again), set(again) - set(record.survivors)
+    if not_run or strangers:
+        raise SystemExit(
+            f"a recheck must judge exactly the recorded survivors of {record.file}: "
+            f"{len(not_run)} not run, {len(strangers)} not survivors"
+        )
+    counts = collections.Counter(record.statuses)
+    for name, status in again.items():
+        counts[record.survivors[name]["status"]] -= 1
+        counts[status] += 1
+    return ModuleRecord(
+        file=record.file,
+        source_sha256=record.source_sha256,
+        measured=record.measured,
+        mutmut=version,
+        statuses=dict(sorted((status, n) for status, n in counts.items() if n)),
+        survivors={
+            name: {"status": status, "diff": record.survivors[name]["diff"]}
+            for name, status in sorted(again.items())
+            if status not in DETECTED
+        },
+        rechecked=date,
     )
 
 
@@ -385,8 +455,9 @@ def render(
         survived = len(entry.survivors) - counts.get("no tests", 0)
         score, real = entry.detected / entry.total, entry.score(equivalent)
         ok &= real >= TARGET
+        when = entry.measured + (f", survivors rerun {entry.rechecked}" if entry.rechecked else "")
         lines.append(
-            f"| `{module}` | {entry.measured} | {entry.total} | {counts.get('killed', 0)} "
+            f"| `{module}` | {when} | {entry.total} | {counts.get('killed', 0)} "
             f"| {counts.get('timeout', 0)} | {crashed} | {counts.get('no tests', 0)} "
             f"| {survived} ({entry.explained(equivalent)}) | {score:.1%} | {real:.1%} |"
         )
@@ -476,6 +547,11 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--render", action="store_true", help="rewrite the report from the record only")
     parser.add_argument("--reuse", action="store_true", help="read mutmut's last run instead of running it")
     parser.add_argument(
+        "--recheck",
+        action="store_true",
+        help="with --modules: run only the recorded survivors again (after adding tests), keep the rest",
+    )
+    parser.add_argument(
         "--named-only", action="store_true", help="run only the named mutants, print, write nothing"
     )
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 1)
@@ -495,7 +571,17 @@ def main(argv: list[str] | None = None) -> int:
     listed, record = listed_modules(), Record.load()
     if not args.render:
         modules = chosen(args, listed, record)
-        if modules:
+        if args.recheck:
+            if not args.modules:
+                raise SystemExit("--recheck takes --modules NAME ...")
+            unmeasured = [module for module in modules if module not in record.modules]
+            if unmeasured:
+                raise SystemExit(f"no record to recheck for {', '.join(unmeasured)}: measure it first")
+            for module in modules:
+                record.modules[module] = recheck(
+                    record.modules[module], module, env, args.max_children, args.reuse
+                )
+        elif modules:
             record.modules.update(measure(modules, env, args.max_children, args.reuse))
         files = set(modules.values())
         for mutant in (m for m in named if m.file in files):
