@@ -479,3 +479,75 @@ def test_overflow_division_by_zero_and_invalid_operations_are_values_not_warning
     for have, want, xla in zip(got, expected, eval_jaxpr(program, x), strict=True):
         np.testing.assert_array_equal(have, np.array(want, np.float32))
         np.testing.assert_array_equal(np.asarray(xla), np.array(want, np.float32))
+
+
+def test_every_unsupported_primitive_is_named_those_in_nested_jaxprs_too(monkeypatch):
+    """One refusal names every primitive without a rule, the top level's and a nested jaxpr's alike,
+    so a user adds the rules in one go instead of meeting them one run at a time."""
+    from gradlanes.program.interpreter import find_unsupported
+
+    program = jax.make_jaxpr(lambda x: jax.jit(jnp.cos)(jnp.sin(x)))(f32(3))
+    monkeypatch.delitem(RULES, "sin")
+    monkeypatch.delitem(RULES, "cos")
+    assert find_unsupported(program.jaxpr) == {"sin", "cos"}
+    with pytest.raises(UnsupportedPrimitive, match=r"primitive\(s\) cos, sin used in the captured program;"):
+        Interpreter(program)
+
+
+def test_a_call_equation_without_its_jaxpr_is_unsupported_by_name():
+    """A call-like primitive whose body the interpreter cannot find (a JAX that renamed the
+    parameter) is reported under the primitive's own name, not run as if it were empty."""
+    from gradlanes.program.interpreter import find_unsupported
+
+    program = jax.make_jaxpr(jax.jit(jnp.cos))(f32(3))
+    (call,) = program.jaxpr.eqns
+    bodiless = program.jaxpr.replace(eqns=[call.replace(params={})])
+    assert find_unsupported(bodiless) == {call.primitive.name}
+
+
+CONSTANT = np.full(3, 3e38, np.float32)
+INDICES = np.arange(3, dtype=np.int32)
+
+
+def constants_program():
+    """Closed-over arrays become the program's constants: `mul c 10.0` on one is folded when the
+    plan is built (and overflows), and both constants are returned as they are."""
+    return jax.make_jaxpr(
+        lambda x: (x + jnp.asarray(CONSTANT) * 10, jnp.asarray(INDICES), jnp.asarray(CONSTANT))
+    )(np.ones(3, np.float32))
+
+
+def test_constants_keep_their_dtypes_and_values():
+    program = constants_program()
+    assert len(program.consts) == 2
+    x = np.ones(3, np.float32)
+    for got, want in zip(
+        Interpreter(program)(x),
+        jax.jit(lambda a: eval_jaxpr(program, a))(x),
+        strict=True,
+    ):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, np.asarray(want))
+
+
+def test_folding_constants_when_planning_overflows_silently():
+    """XLA folds `3e38 * 10` to inf without a word: so does the plan, also where warnings are errors."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run = Interpreter(constants_program())
+    (total, _, _) = run(np.ones(3, np.float32))
+    assert np.isposinf(total).all()
+
+
+def test_a_folded_rule_returning_fewer_results_than_declared_is_an_error(monkeypatch):
+    """As at run time (above), so when the plan folds an equation on constants: `split` of a
+    closed-over array, patched to drop its second half, fails instead of leaving an output unset."""
+    program = jax.make_jaxpr(
+        lambda x: [x + part for part in jnp.split(jnp.asarray(np.arange(4.0, dtype=np.float32)), 2)]
+    )(f32(2))
+    split = RULES["split"]
+    monkeypatch.setitem(RULES, "split", lambda *operands, **params: split(*operands, **params)[:1])
+    with pytest.raises(ValueError, match="zip"):
+        Interpreter(program)
