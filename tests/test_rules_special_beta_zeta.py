@@ -2,7 +2,7 @@
 
 tests/test_rules_special.py compares these rules with XLA over random inputs, which seldom reach
 their domain edges, the small-a branch of the incomplete beta, the continued fraction's step limit
-or the zeta's underflow switch. These tests call the compute functions of
+or the zeta's overflowing tail. These tests call the compute functions of
 gradlanes.program.rules.special directly with inputs chosen to reach each branch, and check
 facts that need no budget (a domain value is nan, 0, 1 or inf, a result keeps its dtype, the loop
 stops where the algorithm says, an exactly folded argument gives the unfolded result bit for bit)
@@ -169,13 +169,28 @@ def test_zeta_agrees_with_xla(dtype):
     check_rule("zeta", x.ravel().astype(dtype), q.ravel().astype(dtype))
 
 
-def test_zeta_takes_the_power_sum_where_the_tail_underflows():
-    dtype = F64  # in float32 XLA itself gives nan here (q = 1 - 6e-8, x from 1e5 to 1e7 tried)
-    # q just below 1 and a huge x: q^-x is large but finite, (q + 10)^-x underflows to 0 while the
-    # Euler-Maclaurin tail's rising factors overflow (0 * inf = nan): only the direct sum is finite
-    x = np.array([1e15], dtype)
-    q = np.array([1 - 1e-13], dtype)
-    assert np.isfinite(_zeta(x, q, dtype)).all()
+@pytest.mark.parametrize("dtype", [F64, F32], ids=str)
+def test_zeta_below_minus_nine_agrees_with_xla(dtype):
+    # q < -9: the ten direct terms straddle zero and the Euler-Maclaurin tail starts at q + 10 < 1,
+    # where every term of it counts (dropping the top one moves zeta(2, -8.5) from 6.79 to 10.2)
+    x, q = np.meshgrid([2.0, 3.0, 4.0], [-8.5, -9.5, -7.25])
+    check_rule("zeta", x.ravel().astype(dtype), q.ravel().astype(dtype))
+    n = np.array([1.0, 2.0, 3.0], dtype)
+    check_rule("polygamma", n, np.full_like(n, -8.5))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "x", "q", "finite"),
+    [(F64, 1e16, 1 - 1e-14, False), (F32, 8800.0, 0.99, False), (F64, 1e15, 1 - 1e-13, True)],
+    ids=["f64-nan", "f32-nan", "f64-finite"],
+)
+def test_zeta_is_nan_where_the_tail_overflows_as_on_xla(dtype, x, q, finite):
+    # q just below 1 and a huge x: q^-x is large but finite and (q + 10)^-x underflows to 0. Where
+    # the tail's rising factors overflow too, 0 * inf is nan on XLA: chlo's switch to the bare power
+    # sum compares with |sum| * smallest_subnormal, which XLA's CPU code reads as 0, so it never
+    # fires. The rule must give that nan, not the power sum; with x = 1e15 the tail stays finite.
+    x, q = np.array([x], dtype), np.array([q], dtype)
+    assert np.isfinite(_zeta(x, q, dtype)).all() == finite
     check_rule("zeta", x, q)
 
 

@@ -827,9 +827,10 @@ def _zeta(x: np.ndarray, q: np.ndarray) -> np.ndarray:
         product = inner
     last = _mul_add(factor, product, _c(q, 1.0 / _ZETA_COEFFICIENTS[-1]))
     tail = _mul_add(x / acc, last, _c(q, 0.5))
-    accurate = _mul_add(q_neg_power, tail, power_sum + correction)
-    smallest = _c(q, np.finfo(q.dtype).smallest_subnormal)
-    output = np.where(np.abs(q_neg_power) < _flush(np.abs(power_sum) * smallest), power_sum, accurate)
+    # chlo keeps the bare power sum where |q_neg_power| < |power_sum| * smallest_subnormal, but
+    # XLA's CPU code reads that subnormal operand as 0 (DAZ), so the test is never true there and
+    # the Euler-Maclaurin result is taken everywhere, nan included (0 * inf where the tail overflows).
+    output = _mul_add(q_neg_power, tail, power_sum + correction)
     nan, inf = _c(q, np.nan), _c(q, np.inf)
     output = np.where(x < one, nan, output)
     q_nonpositive = q <= zero
