@@ -312,6 +312,34 @@ def test_a_recheck_must_judge_exactly_the_survivors(again, message):
         mutation.rechecked(entry({"killed": 1, "survived": 2}, ["m1", "m2"]), again, "3.8.1", "2026-12-06")
 
 
+def test_a_partial_recheck_keeps_the_survivors_it_did_not_run(tmp_path):
+    """--survivors reruns some survivors: those keep their status, and the report says how many ran."""
+    before = entry({"killed": 7, "survived": 3}, ["m1", "m2", "m3"])
+    after = mutation.rechecked(before, {"m1": "killed"}, "3.8.1", "2026-12-06", partial=True)
+    assert after.statuses == {"killed": 8, "survived": 2}
+    assert sorted(after.survivors) == ["m2", "m3"]
+    assert after.survivors["m3"] == before.survivors["m3"]
+    assert after.rechecked_survivors == 1
+    shown = render(mutation.Record({"pkg.mod": after}), equivalent={"m2": "same", "m3": "same"}).text
+    assert "| `pkg.mod` | 2026-12-02, 1 survivors rerun 2026-12-06 | 10 | 8 |" in shown
+    again = mutation.rechecked(after, {"m2": "killed"}, "3.8.1", "2026-12-07", partial=True)
+    assert (again.rechecked_survivors, sorted(again.survivors), again.rechecked) == (2, ["m3"], "2026-12-07")
+    saved = tmp_path / "mutation.json"
+    saved.write_text(mutation.Record({"pkg.mod": after}).dumps())
+    assert mutation.Record.load(saved).modules["pkg.mod"] == after
+    with pytest.raises(SystemExit, match="1 not survivors"):
+        mutation.rechecked(before, {"x": "killed"}, "3.8.1", "2026-12-06", partial=True)
+
+
+def test_a_partial_recheck_names_a_pattern_that_matches_no_survivor(tmp_path, monkeypatch):
+    monkeypatch.setattr(mutation, "REPO", tmp_path)
+    (tmp_path / "src" / "pkg").mkdir(parents=True)
+    record = entry({"survived": 1}, ["m1"])
+    monkeypatch.setattr(mutation, "source_sha256", lambda file: record.source_sha256)
+    with pytest.raises(SystemExit, match="no recorded survivor of pkg.mod matches nope"):
+        mutation.recheck(record, "pkg.mod", {}, 1, only=["nope"])
+
+
 def test_a_recheck_refuses_a_record_of_another_source(tmp_path, monkeypatch):
     monkeypatch.setattr(mutation, "REPO", tmp_path)
     (tmp_path / "src" / "pkg").mkdir(parents=True)

@@ -13,6 +13,7 @@ it (`--modules NAME`) and committing the record, which is how the report stays t
     python tools/mutation.py --modules gradlanes.program.rules.linalg
     python tools/mutation.py --render              # rewrite mutation.md from the record, run nothing
     python tools/mutation.py --modules NAME --recheck   # after adding tests: run its survivors again
+    python tools/mutation.py --modules NAME --recheck --survivors '*x__igammac__mutmut_9'   # some of them
 
 Each run: `mutmut run` on the chosen modules' mutants (the tests it runs them against are the
 selection in [tool.mutmut]; mutmut picks, per mutated function, the tests that call it), then every
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import ast
 import collections
+import fnmatch
 import hashlib
 import json
 import os
@@ -142,6 +144,8 @@ class ModuleRecord:
     statuses: dict[str, int]
     survivors: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> status, diff
     rechecked: str | None = None  # the UTC date its survivors were last run again (--recheck)
+    #: how many of its survivors the reruns since the measurement ran (--survivors picks some); None: all
+    rechecked_survivors: int | None = None
 
     @property
     def total(self) -> int:
@@ -264,13 +268,20 @@ def measure(modules: dict[str, str], env: dict, max_children: int, reuse: bool) 
 
 
 def recheck(
-    record: ModuleRecord, module: str, env: dict, max_children: int, reuse: bool = False
+    record: ModuleRecord,
+    module: str,
+    env: dict,
+    max_children: int,
+    reuse: bool = False,
+    only: list[str] | None = None,
 ) -> ModuleRecord:
     """`record` with its survivors run again against today's tests; its detected mutants kept.
 
     Why this is sound: the record stands for the module's source at `source_sha256`, and a test
     added since can only kill more of its mutants, so only the survivors need running again. A
     whole module with the interpreter's tests behind it is hours; its survivors are minutes.
+    `only` (fnmatch patterns of mutant names) runs just the survivors a new test aims at, for the
+    same reason: the rest keep their verdict and their explanation.
     """
     if record.source_sha256 != source_sha256(record.file):
         raise SystemExit(
@@ -280,6 +291,10 @@ def recheck(
     if not record.survivors:
         return record
     names = sorted(record.survivors)
+    if only:
+        names = [name for name in names if any(fnmatch.fnmatchcase(name, pattern) for pattern in only)]
+        if not names:
+            raise SystemExit(f"no recorded survivor of {module} matches {' '.join(only)}")
     if not reuse:  # with reuse: mutmut's last run (mutants/) judged these survivors already
         shutil.rmtree(REPO / "mutants", ignore_errors=True)
         done = subprocess.run(
@@ -301,13 +316,18 @@ def recheck(
         {name: found[name] for name in names},
         metadata.version("mutmut"),
         datetime.now(UTC).strftime("%Y-%m-%d"),
+        partial=bool(only),
     )
 
 
-def rechecked(record: ModuleRecord, again: dict[str, str], version: str, date: str) -> ModuleRecord:
-    """`record` with each survivor's status replaced by `again[name]`, its counts moved to match."""
+def rechecked(
+    record: ModuleRecord, again: dict[str, str], version: str, date: str, partial: bool = False
+) -> ModuleRecord:
+    """`record` with each survivor's status replaced by `again[name]`, its counts moved to match.
+
+    `partial`: `again` judges some of the survivors; the others keep their status."""
     not_run, strangers = set(record.survivors) - set(again), set(again) - set(record.survivors)
-    if not_run or strangers:
+    if (not_run and not partial) or strangers:
         raise SystemExit(
             f"a recheck must judge exactly the recorded survivors of {record.file}: "
             f"{len(not_run)} not run, {len(strangers)} not survivors"
@@ -324,10 +344,14 @@ def rechecked(record: ModuleRecord, again: dict[str, str], version: str, date: s
         statuses=dict(sorted((status, n) for status, n in counts.items() if n)),
         survivors={
             name: {"status": status, "diff": record.survivors[name]["diff"]}
-            for name, status in sorted(again.items())
+            for name, status in sorted(
+                {**{n: record.survivors[n]["status"] for n in not_run}, **again}.items()
+            )
             if status not in DETECTED
         },
         rechecked=date,
+        # partial reruns add up (each names other survivors); a full one covers them all
+        rechecked_survivors=len(again) + (record.rechecked_survivors or 0) if not_run else None,
     )
 
 
@@ -431,8 +455,9 @@ def render(
         "it (pyproject.toml, [tool.mutmut]) run against it. Detected: killed, timed out (the tests "
         "hung on it), or crashed (the test process died: a segfault, or a signal such as SIGFPE found by "
         "running a mutant mutmut calls suspicious again). Not detected: survived, suspicious, or no "
-        "test calls the function (no tests). An equivalent mutant computes what the original does; "
-        "why is given for each.",
+        "test calls the function (no tests). An equivalent mutant computes what the original does, "
+        'or, where its reason begins "not the same bits", differs from it by less than the bound '
+        "the tests derive for that result; why is given for each.",
         "",
         "| module | measured | mutants | killed | timed out | crashed | no tests | survived (equivalent) "
         "| score | without equivalents |",
@@ -455,7 +480,8 @@ def render(
         survived = len(entry.survivors) - counts.get("no tests", 0)
         score, real = entry.detected / entry.total, entry.score(equivalent)
         ok &= real >= TARGET
-        when = entry.measured + (f", survivors rerun {entry.rechecked}" if entry.rechecked else "")
+        rerun = "survivors" if entry.rechecked_survivors is None else f"{entry.rechecked_survivors} survivors"
+        when = entry.measured + (f", {rerun} rerun {entry.rechecked}" if entry.rechecked else "")
         lines.append(
             f"| `{module}` | {when} | {entry.total} | {counts.get('killed', 0)} "
             f"| {counts.get('timeout', 0)} | {crashed} | {counts.get('no tests', 0)} "
@@ -552,6 +578,12 @@ def main(argv: list[str] | None = None) -> int:
         help="with --modules: run only the recorded survivors again (after adding tests), keep the rest",
     )
     parser.add_argument(
+        "--survivors",
+        nargs="+",
+        metavar="PATTERN",
+        help="with --recheck: rerun only the survivors whose names match these fnmatch patterns",
+    )
+    parser.add_argument(
         "--named-only", action="store_true", help="run only the named mutants, print, write nothing"
     )
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 1)
@@ -571,6 +603,8 @@ def main(argv: list[str] | None = None) -> int:
     listed, record = listed_modules(), Record.load()
     if not args.render:
         modules = chosen(args, listed, record)
+        if args.survivors and not args.recheck:
+            raise SystemExit("--survivors takes --recheck")
         if args.recheck:
             if not args.modules:
                 raise SystemExit("--recheck takes --modules NAME ...")
@@ -579,7 +613,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(f"no record to recheck for {', '.join(unmeasured)}: measure it first")
             for module in modules:
                 record.modules[module] = recheck(
-                    record.modules[module], module, env, args.max_children, args.reuse
+                    record.modules[module], module, env, args.max_children, args.reuse, args.survivors
                 )
         elif modules:
             record.modules.update(measure(modules, env, args.max_children, args.reuse))
