@@ -98,6 +98,44 @@ def test_fma32_is_the_exact_sum_rounded_once():
     assert not wrong.size, [(a[i], b[i], c[i], got[i], want[i]) for i in wrong[:5]]
 
 
+def test_fma32_rounds_an_exact_midpoint_to_even():
+    """a*b + c exactly halfway between two float32 values, which float64 holds exactly (no error
+    to take the sign of): the tie goes to the even neighbour, up or down, as the FMA rounds it."""
+    rng = np.random.default_rng(20261206)
+    n = 2000
+    exponent = rng.integers(-60, 60, n)
+    c = (rng.choice([-1.0, 1.0], n) * np.ldexp(1 + rng.integers(0, 2**23, n) / 2**23, exponent)).astype(F32)
+    # a*b = an odd number of half ulps of c (b = 1 or a power of two): c + a*b is a midpoint
+    a = (rng.choice([-1.0, 1.0], n) * (2 * rng.integers(0, 8, n) + 1) * np.ldexp(1.0, exponent - 24)).astype(
+        F32
+    )
+    b = np.ldexp(1.0, rng.integers(-3, 4, n)).astype(F32)
+    a = (a.astype(np.float64) / b.astype(np.float64)).astype(F32)
+    want = np.array([rounded(exact_fma(*abc), F32) for abc in zip(a, b, c, strict=True)], F32)
+    assert (want.view(np.uint32) % 2 == 0).all()  # every case is a tie
+    got = special._fma32(a, b, c)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_fma32_breaks_a_product_tie_by_an_addend_too_small_for_float64():
+    """a*b exactly on a float32 midpoint and c below float64's resolution of it: float64's sum is
+    the midpoint, its error is c, and the sign of c decides the rounding (as in XLA's contracted
+    Horner steps, where a large term meets a small coefficient)."""
+    rng = np.random.default_rng(20261207)
+    n = 4000
+    b = np.ldexp(1 + (2 * rng.integers(0, 2**22, n) + 1) / 2**23, rng.integers(-40, 40, n))  # odd last bit
+    a = 3.0 * np.ldexp(1.0, rng.integers(-20, 20, n))
+    product = a * b
+    spacing = np.ldexp(1.0, np.frexp(product)[1] - 24)
+    tie = np.fmod(product / spacing, 1.0) == 0.5
+    a, b = a[tie].astype(F32), b[tie].astype(F32)
+    c = (rng.choice([-1.0, 1.0], a.size) * np.abs(product[tie]) * 2.0**-60).astype(F32)
+    assert a.size > 1000
+    want = np.array([rounded(exact_fma(*abc), F32) for abc in zip(a, b, c, strict=True)], F32)
+    got = special._fma32(a, b, c)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 def test_the_midpoint_cases_are_ones_float64_rounding_gets_wrong():
     """The midpoint triples are a real test: float64's a*b + c is the midpoint, and rounding it to
     float32 (a double rounding) goes to the even neighbour, away from C's odd last bit, while the
@@ -229,6 +267,33 @@ def test_working_precision_upcasts_narrow_floats_and_refuses_the_rest():
         special._working_dtype(np.int32)
 
 
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_poly_is_horner_with_one_fma_per_coefficient_in_its_dtype(dtype):
+    coefficients = special._LOG1P_NUMERATOR
+    x = np.random.default_rng(13).uniform(-2, 2, 500).astype(dtype)
+    want = np.full_like(x, coefficients[0])
+    for c in coefficients[1:]:
+        want = np.array(
+            [rounded(exact_fma(r, v, dtype.type(c)), dtype) for r, v in zip(want, x, strict=True)], dtype
+        )
+    got = special._poly(x, coefficients)
+    assert got.dtype == dtype
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_log1p_of_a_small_argument_is_not_log_of_one_plus_it(dtype):
+    """Below |x| = sqrt(2) - 1 the rules' log1p is XLA's rational form, accurate to a few ulps where
+    log(1 + x) loses the digits of x that 1 + x rounds away (thousands of ulps for |x| < 1e-3).
+    Up to |x| = 0.1 only: nearer -0.414 the form itself is off by up to 129 ulps (see `_log1p`)."""
+    x = np.geomspace(1e-7, 0.1, 400, dtype=F64)
+    x = np.concatenate([x, -x]).astype(dtype)
+    got = special._log1p(x).astype(F64)
+    want = np.log1p(x.astype(F64))
+    ulps = np.abs(got - want) / np.spacing(np.abs(want).astype(dtype)).astype(F64)
+    assert ulps.max() <= 4, float(ulps.max())
+
+
 EXP64_LOW, EXP64_HIGH = -708.3964185322641, 709.782712893384  # XLA's clamps (exp.cc)
 # XLA's float64 exp is within 1 ulp of exp (accuracy_budget.h), NumPy's within 1 ulp of the correctly
 # rounded value (numpy's umath validation set), so 1.5 of exp: apart by 2.5 ulp, under 3 * 2**-52.
@@ -268,6 +333,10 @@ def test_exp_is_xlas_float64_algorithm_flushed_and_float32_rounded():
     # exp(-708.5) is subnormal, which the rule flushes
     np.testing.assert_allclose(got[[0, 2, 3]], exact[[0, 2, 3]], rtol=EXP64_RTOL)
     assert got[1] == 0 and exact[1] > 0
+    # and it is XLA's algorithm, not NumPy's exp (they differ in the last bit on some inputs)
+    x = np.random.default_rng(12).uniform(-700, 700, 20_000)
+    assert np.array_equal(special._exp(x), special._flush(special._exp64(x)))
+    assert (special._exp64(x) != np.exp(x)).any()
     x32 = np.array([-100.0, -87.0, 0.5, 88.0], F32)
     got32 = special._exp(x32)
     assert got32.dtype == F32

@@ -68,15 +68,35 @@ def test_betainc_agrees_with_xla_on_both_sides_of_the_switch(dtype):
     check_rule("regularized_incomplete_beta", *(v.ravel().astype(dtype) for v in (a, b, x)))
 
 
+_TINY = {F64: float(np.finfo(F64).tiny), F32: float(np.finfo(F32).tiny)}
+
+
 @pytest.mark.parametrize(
-    ("dtype", "a"), [(F64, 3e-308), (F64, 5.5e-308), (F32, 2e-38), (F32, 3e-38)], ids=str
+    ("dtype", "a"),
+    [(F64, 3e-308), (F64, 5.5e-308), (F32, 2e-38), (F32, 3e-38)]
+    + [(dtype, k * _TINY[dtype]) for dtype in (F64, F32) for k in (1.0, 2.0)],
+    ids=str,
 )
 def test_betainc_either_side_of_the_tiny_a_branch_agrees_with_xla(dtype, a):
     # below 2 * tiny (float64 4.5e-308, float32 2.4e-38) the rule uses gamma(a) = gamma(a + 1) / a;
-    # I_x(a, b) is then 1 - O(a): both sides of the switch, all normal numbers
+    # I_x(a, b) is then 1 - O(a): both sides of the switch, all normal numbers, the smallest normal
+    # and twice it included. With b that small instead and x above the symmetry switch, the swap puts
+    # it first: I_x(a, b) = 1 - I_(1-x)(b, a) is then O(b), where a wrong branch is off by 100 %.
+    small = np.full(3, a, dtype)
     b = np.array([2.5, 0.7, 9.0], dtype)
     x = np.array([0.3, 0.6, 0.1], dtype)
-    check_rule("regularized_incomplete_beta", np.full(3, a, dtype), b, x)
+    check_rule("regularized_incomplete_beta", small, b, x)
+    check_rule("regularized_incomplete_beta", np.array([0.5, 2.0, 9.0], dtype), small, np.full(3, 0.9, dtype))
+
+
+@pytest.mark.parametrize("dtype", [F64, F32], ids=str)
+def test_betainc_of_two_tiny_parameters_agrees_with_xla(dtype):
+    # a and b both below 2 * tiny: gamma(a + 1) / a is used and lgamma(b) - lgamma(a + b) is not 0
+    # (elsewhere a + b rounds to b), so its sign in the exponent counts; I_x(a, b) is near b / (a + b)
+    tiny = _TINY[dtype]
+    a = np.array([1.5 * tiny, tiny, 1.9 * tiny], dtype)
+    b = np.array([1.5 * tiny, 1.2 * tiny, tiny], dtype)
+    check_rule("regularized_incomplete_beta", a, b, np.array([0.3, 0.5, 0.2], dtype))
 
 
 class _Steps:

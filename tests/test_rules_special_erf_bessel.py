@@ -103,6 +103,14 @@ def test_float64_erf_inv_near_one_is_erf_inv():
     check_rule("erf_inv", np.concatenate([x, -x]))
 
 
+def test_float64_erf_inv_takes_log1p_below_its_switch():
+    # w = -log1p(-x^2): XLA's log1p is Cephes' rational form for |x^2| < sqrt(2) - 1 (|x| < 0.6436),
+    # which is not log(1 + -x^2) rounded: erf_inv's budget counts the same log1p on both sides, and
+    # log(1 - x^2) instead moves 0.63 < |x| < 0.6436 past it (a mutation survivor)
+    x = np.linspace(0.3, 0.6435, 64)
+    check_rule("erf_inv", np.concatenate([x, -x]))
+
+
 # ---- bessel_i0e, bessel_i1e: float32 tables and the threshold at |x| = 8 --------------------------
 def _bessel_parts(x: np.ndarray, a, b):
     """The near series and the tail, each everywhere, with the module's Clenshaw steps."""

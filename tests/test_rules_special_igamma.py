@@ -76,3 +76,29 @@ def test_values_match_xla_in_every_branch(name, dtype):
     together = rule(a, x)
     for i in range(len(A)):  # each element alone: no other element keeps a loop running
         np.testing.assert_array_equal(rule(a[i : i + 1], x[i : i + 1]), together[i : i + 1])
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_igammac_just_past_one_with_a_near_zero_takes_the_continued_fraction(dtype):
+    # x in (1, 2) and a << x: igammac's series runs for x < 1 only; the series summed here instead
+    # (a threshold of 2) leaves Q about 1e-4 of itself off, past the budget (a mutation survivor)
+    a = np.array([0.038041607, 0.044275380662415875, 0.02, 0.01, 0.03], dtype)
+    x = np.array([1.9091856, 1.2793207182411797, 1.5, 1.8, 1.1], dtype)
+    check_rule("igammac", a, x)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_igammac_at_one_with_a_below_one_takes_the_continued_fraction(dtype):
+    # x = 1 > a: not x < 1, so the continued fraction; the series there (x <= 1) is past the budget
+    a = np.linspace(0.02, 0.98, 10).astype(dtype)
+    for start in range(0, 10, 5):
+        check_rule("igammac", a[start : start + 5], np.ones(5, dtype))
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_igammac_of_a_equal_to_one_runs_its_series(dtype):
+    # a = 1 is no special case (only a = 0 is): Q(1, x) = exp(-x) from the series for x < 1, the
+    # fraction beyond; a series left at its first term there is off by orders of magnitude
+    x = np.array([0.05, 0.3, 0.55, 0.8, 0.95], dtype)
+    check_rule("igammac", np.ones(5, dtype), x)
+    check_rule("igammac", np.ones(5, dtype), x * 10)
