@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import small_lane
+from float_bounds import FLOAT64, XLA_ULPS, FloatBounds
 from jax import lax
 
 from gradlanes.data.description import MNIST, DatasetDescription
@@ -48,10 +49,15 @@ def test_widened_interpreter_evaluates_float32_programs_in_float64():
     x = rng.standard_normal(64).astype(np.float32)
     program = jax.make_jaxpr(program_fn)(x)
     total, y, index, iota = Interpreter(program, widen=True)(x)
-    exact = x.astype(np.float64) * 3.0 / 7.0
+    # XLA turns a division by a constant into a product with its reciprocal, and so does the rule
+    # (rules.elementwise), so the float64 program is x * 3 * fl(1 / 7): the same roundings in the
+    # same order, bit for bit.
+    exact = x.astype(np.float64) * 3.0 * (1.0 / 7.0)
     assert (total.dtype, y.dtype, index.dtype, iota.dtype) == (np.float64, np.float64, np.int32, np.int32)
-    np.testing.assert_allclose(y, exact, rtol=4e-16)
-    np.testing.assert_allclose(total, exact.sum(), rtol=1e-14)
+    np.testing.assert_array_equal(y, exact, strict=True)
+    # Any order of 64 float64 additions errs by at most 63 * 2**-53 * sum |y| (recursive summation's
+    # worst case, Higham 4.2): pairwise and recursive orders both lie within it.
+    np.testing.assert_allclose(total, exact.sum(), rtol=0, atol=63 * 2**-53 * np.abs(exact).sum())
     assert int(index) == int(np.argmax(exact))
     _, rounded, _, _ = Interpreter(program)(x)
     assert rounded.dtype == np.float32 and not np.array_equal(rounded.astype(np.float64), exact)
@@ -81,10 +87,32 @@ def test_float64_reference_gradient_equals_the_hand_kernels_in_float64():
     images, labels = batch(exp.batch_size)
     loss, *grads = Interpreter(program.gradient, widen=True)(*program.flatten_params(params), images, labels)
     params64 = {k: v.astype(np.float64) for k, v in params.items()}
-    loss64, grads64 = handkernel.loss_and_grad(params64, images.astype(np.float64), labels)
-    assert float(loss) == pytest.approx(float(loss64), rel=1e-13)
+    x = images.astype(np.float64)
+    loss64, grads64 = handkernel.loss_and_grad(params64, x, labels)
+    # Each side lies within FLOAT64's bounds of the exact value, so the two within their sum. Both
+    # take logits x @ w + b (D + 1 terms), shift, exp, sum and log them and average the rows; the
+    # kernels' probs are one quotient, the program's 1 / sum rounded and multiplied by exp. dw and
+    # db sum B products or terms: delta's error carried through, and gamma(B) of their own.
+    logits = x @ params64["w"] + params64["b"]
+    delta = loss_grad_numpy("xent", logits, labels) / len(labels)
+    logit_error = FLOAT64.linear_bound(x, params64["w"], params64["b"])
+    loss_bound, grad_bound = 0.0, {"w": 0.0, "b": 0.0}
+    for roundings in (1, 2):
+        loss_error, _, delta_error = FLOAT64.xent_bounds(
+            logits, labels, logit_error, quotient_roundings=roundings
+        )
+        loss_bound += loss_error
+        grad_bound["w"] = (
+            grad_bound["w"]
+            + np.abs(x).T @ delta_error
+            + FLOAT64.gamma(len(labels)) * (np.abs(x).T @ np.abs(delta))
+        )
+        grad_bound["b"] = (
+            grad_bound["b"] + delta_error.sum(axis=0) + FLOAT64.gamma(len(labels)) * np.abs(delta).sum(axis=0)
+        )
+    assert abs(float(loss) - float(loss64)) <= loss_bound
     for name, grad in program.unflatten_params(grads).items():
-        np.testing.assert_allclose(grad, grads64[name], rtol=1e-11, atol=1e-16)
+        assert np.all(np.abs(grad - grads64[name]) <= grad_bound[name]), name
 
 
 def test_reduction_chain_adds_the_lengths_along_the_longest_path():
@@ -128,12 +156,40 @@ def test_units_and_bounds():
     reference = [rng.standard_normal((5, 3)), rng.standard_normal(3)]
     scale = [np.abs(rng.standard_normal((5, 3))) + 0.1, np.abs(rng.standard_normal(3)) + 0.1]
     candidate = [r + 2.5 * FLOAT32_U * s for r, s in zip(reference, scale, strict=True)]
-    assert scaled_error(candidate, reference, scale) == pytest.approx(2.5, rel=1e-6)
-    assert scalar_error(1.0 + 3 * FLOAT32_U * 2.0, 1.0, 2.0) == pytest.approx(3.0, rel=1e-6)
+    # r + 2.5 u s rounds by at most 2**-53 |r + 2.5 u s|: relative to the 2.5 u s it adds, at most
+    # 2**-53 max|candidate| / (2.5 u min s); twice that for the norms' own float64 roundings.
+    drift = 2**-53 * max(np.abs(c).max() for c in candidate) / (2.5 * FLOAT32_U * min(s.min() for s in scale))
+    assert scaled_error(candidate, reference, scale) == pytest.approx(2.5, rel=2 * drift)
+    assert scalar_error(1.0 + 3 * FLOAT32_U * 2.0, 1.0, 2.0) == 3.0  # 1 + 3 * 2**-23: exact throughout
     assert scalar_error(1.0, 1.0, 0.0) == 0.0 and scalar_error(1.0, 2.0, 0.0) == math.inf
     assert probabilistic_bound(400) == pytest.approx(CONFIDENCE * 20)
     tf32 = MATMUL_UNIT_ROUNDOFF["tf32"] / FLOAT32_U
     assert tf32 == 8192 and probabilistic_bound(400, tf32) == pytest.approx(CONFIDENCE * 20 * 8192)
+
+
+#: per_example_scale's sums: XLA's float32 (its own exp and log) against the float64 NumPy here.
+XLA32 = FloatBounds.of(np.float32, reference=np.float64, ulps=XLA_ULPS)
+
+
+def summed_mean(terms, terms_error):
+    """A batch mean as `per_example_scale` sums it, and a bound on its error: float32 sums of each
+    chunk and a float64 sum of the chunks take at most B - 1 additions from any term to the total,
+    gamma(B) of the sum of the (nonnegative) terms, and the division by B rounds once."""
+    count = len(terms)
+    mean = terms.sum(axis=0) / count
+    return mean, (terms_error.sum(axis=0) + XLA32.gamma(count) * terms.sum(axis=0)) / count + XLA32.u * mean
+
+
+def summed_floor(squares, squares_error):
+    """The floor sqrt(sum of `squares`) / B, and a bound on its error: each square's error is twice
+    its root's relatively, and its rounding; the sum as in `summed_mean`; the square root halves the
+    sum's relative error and, like the division by B, rounds once."""
+    u, count, total = XLA32.u, len(squares), squares.sum(axis=0)
+    total_error = (2 * np.sqrt(squares) * squares_error + u * squares).sum(axis=0) + XLA32.gamma(
+        count
+    ) * total
+    floor = np.sqrt(total) / count
+    return floor, (total_error / (2 * total) + 2 * u) * floor
 
 
 def test_error_scale_is_the_per_example_mean_magnitude_plus_the_rounding_floor():
@@ -146,19 +202,41 @@ def test_error_scale_is_the_per_example_mean_magnitude_plus_the_rounding_floor()
     delta = loss_grad_numpy("xent", logits, labels)  # [B, C] per example
     target = np.eye(10)[labels]
     magnitude = delta + 2 * target  # p + onehot, from delta = p - onehot
-    count = len(labels)
-    # the mean magnitude of each example's gradient, plus the random walk of each example's
-    # rounding floor: |x| (x) (p + onehot) for a softmax, whose 1 - p cancels when p ~ 1
-    mean_w = np.abs(x[:, :, None] * delta[:, None, :]).mean(axis=0)
-    floor_w = np.sqrt(((x[:, :, None] * magnitude[:, None, :]) ** 2).sum(axis=0)) / count
-    np.testing.assert_allclose(grad_scale["w"], mean_w + floor_w, rtol=2e-5, atol=1e-9)
-    floor_b = np.sqrt((magnitude**2).sum(axis=0)) / count
-    np.testing.assert_allclose(grad_scale["b"], np.abs(delta).mean(axis=0) + floor_b, rtol=2e-5)
+    count, rows = len(labels), np.arange(len(labels))
+    # Each example's float32 logits (D + 1 terms) and softmax; the probabilities are exp times a
+    # rounded 1 / sum (jax.nn.softmax and log_softmax's gradient alike, or one quotient).
+    logit_error = XLA32.linear_bound(images, params["w"], params["b"])
+    loss_error, probs_error, _ = XLA32.xent_bounds(logits, labels, logit_error, quotient_roundings=2)
+    delta_error = probs_error + XLA32.u * np.abs(delta)  # p - onehot: one rounding
+    magnitude_error = probs_error + XLA32.u * magnitude  # p + onehot: one rounding
+    # The mean magnitude of each example's gradient, plus the random walk of each example's
+    # rounding floor: |x| (x) (p + onehot) for a softmax, whose 1 - p cancels when p ~ 1. Each
+    # weight's term is one float32 product of x and delta (or the probe's +-(p + onehot)).
+    # The scale is mean + floor, one more float64 rounding.
+    inputs = {"w": x[:, :, None], "b": np.ones((count, 1, 1))}
+    for name, size in inputs.items():
+        grads, probes = size * delta[:, None, :], size * magnitude[:, None, :]
+        grads_error = size * delta_error[:, None, :] + XLA32.u * np.abs(grads)
+        probes_error = size * magnitude_error[:, None, :] + XLA32.u * probes
+        (mean, mean_error), (floor, floor_error) = (
+            summed_mean(np.abs(grads), grads_error),
+            summed_floor(probes**2, probes_error),
+        )
+        bound = mean_error + floor_error + XLA32.u * (mean + floor)
+        error = np.abs(grad_scale[name].reshape(mean.shape) - (mean + floor))
+        assert np.all(error <= bound), name
+    # The loss's terms |picked| + |top| + log_norm + 1: the picked and top logits' errors, log_norm's
+    # and the float32 sum of four nonnegative terms; the mean of the losses is xent_bounds's.
     top = logits.max(axis=1)
-    log_norm = np.log(np.exp(logits - top[:, None]).sum(axis=1))
-    losses = log_norm + top - logits[np.arange(count), labels]
-    terms = np.abs(logits[np.arange(count), labels]) + np.abs(top) + log_norm + 1
-    assert loss_scale == pytest.approx(losses.mean() + np.sqrt((terms**2).sum()) / count, rel=1e-5)
+    parts = XLA32.log_sum_exp(logits, logit_error)
+    losses = parts.log_norm + top - logits[rows, labels]
+    terms = np.abs(logits[rows, labels]) + np.abs(top) + parts.log_norm + 1
+    terms_error = (
+        logit_error[rows, labels] + logit_error.max(axis=1) + parts.log_norm_error + XLA32.gamma(3) * terms
+    )
+    floor, floor_error = summed_floor(terms**2, terms_error)
+    want = losses.mean() + floor
+    assert abs(loss_scale - want) <= loss_error + floor_error + XLA32.u * want
 
 
 def test_the_floor_keeps_the_scale_from_vanishing_on_confident_examples():
@@ -266,6 +344,12 @@ def test_only_an_undecidable_flip_is_granted(flip):
     after = scaled_error(flat(candidate), flat(adjusted), flat(scale))
     assert undecidable == 1
     if flip == (2, 5):
+        # After the grant the two sides differ by float64 rounding (a chain of 48 steps: 48 * 2**-29
+        # float32 units of the terms) and by the flipped unit's value, z on the candidate's side
+        # where the grant takes 0: |z| <= 2**-24 |b1[5]| (b1[5] is the float32 rounding of -x . w),
+        # first order in z, so a few 2**-24 |b1[5]| ~ 1e-3 units (8.4e-4 measured). A grant that
+        # took the wrong term, or none, leaves a whole example's term: `before`, above the bound.
+        # One float32 unit lies between: the resolution of the measure, no engine rounds finer.
         assert granted == 1 and after < 1.0
     else:  # a wrong engine cannot hide behind a kink it had no reason to cross
         assert granted == 0 and after == pytest.approx(before)
@@ -292,6 +376,8 @@ def test_a_lookalike_example_on_the_same_kink_is_not_granted_in_place_of_the_fli
     _, scale = per_example_scale(exp, params, images, labels)
     adjusted, _, granted = grant_kink_decisions(exp, params, images, labels, candidate, reference)
     flat = program.flatten_params
+    # As in test_only_an_undecidable_flip_is_granted: what the right grant leaves is far below one
+    # float32 unit, the lookalike's term (its own example's) far above.
     assert granted == 1 and scaled_error(flat(candidate), flat(adjusted), flat(scale)) < 1.0
 
 
@@ -338,7 +424,20 @@ def test_xla_within_the_float32_bound_tf32_only_within_its_own_and_bugs_far_outs
     assert error(params, images) <= bound
     coarse = error({k: tf32(v) for k, v in params.items()}, tf32(images))  # TF32's input rounding
     assert bound < coarse <= bound * MATMUL_UNIT_ROUNDOFF["tf32"] / FLOAT32_U
-    # two bugs an engine could have: an off-by-one batch index, a mean over B - 1
+    # Two bugs an engine could have: an off-by-one batch index, a mean over B - 1. Each moves the
+    # exact gradient by a known amount, the float64 difference of the buggy and the right gradient
+    # (for the index, the shifted batch's reference minus this one's: (g_0 - g_last) / B); the
+    # engine's own rounding adds at most the bound (factor times it for the mean), so each error
+    # lies within that of the move, and the move is more than twice the bound: never within it.
     shifted = np.concatenate([images[:1], images[:-1]]), np.concatenate([labels[:1], labels[:-1]])
-    assert error(params, *shifted) > 100 * bound
-    assert error(params, images, factor=len(labels) / (len(labels) - 1)) > 100 * bound
+    _, *moved = Interpreter(program.gradient, widen=True)(*flat(params), *shifted)
+    factor = len(labels) / (len(labels) - 1)
+    for bug, move, slack in (
+        ((params, *shifted), scaled_error(moved, reference, flat(scale)), bound),
+        (
+            (params, images, labels, factor),
+            scaled_error([factor * r for r in reference], reference, flat(scale)),
+            factor * bound,
+        ),
+    ):
+        assert move > bound + slack and abs(error(*bug) - move) <= slack
