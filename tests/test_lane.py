@@ -8,15 +8,60 @@ import jax
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from conftest import small_lane
 
+from gradlanes.data.dataset import load
 from gradlanes.data.description import MNIST
 from gradlanes.experiment.models import save_initial_params
 from gradlanes.experiment.spec import resolve
 from gradlanes.run.lane import LanePaths, run_lane
-from gradlanes.run.modelfile import load_model
+from gradlanes.run.modelfile import load_initial_params, load_model
+from gradlanes.run.numerics import scalar_error
 from gradlanes.run.records import RecordInvalid, recount_correct, validate_record
 from gradlanes.run.train import TrainingDiverged
+from workflow import REPO
+
+
+def gamma(n: int, unit: float = 2.0**-24) -> float:
+    """A float sum of n terms in any order lies within gamma(n) times the sum of the terms'
+    magnitudes from the exact sum (Higham, Accuracy and Stability, 3.1)."""
+    return n * unit / (1 - n * unit)
+
+
+def early_losses_agree(candidate: np.ndarray, reference: np.ndarray) -> None:
+    """Two float32 training runs of one program agree on their first losses within the project's
+    calibrated early-loss bound, twice over (each lies within `agreement.early_loss_u` float32
+    units of the float64 trajectory). Adam divides by sqrt(v) + eps, so one rounding apart becomes
+    an update apart: after step 1 no bound can be derived from the roundings, and the bound is
+    the measured one (3 x the worst of results/checks/calibration.md, across kernels and seeds).
+    Beyond `agreement.early_steps` nothing was calibrated, so nothing is compared."""
+    agreement = yaml.safe_load((REPO / "config.yaml").read_text())["agreement"]
+    count = min(agreement["early_steps"], len(reference))
+    assert len(candidate) == len(reference)
+    errors = [scalar_error(c, r, r) for c, r in zip(candidate[:count], reference[:count], strict=True)]
+    assert max(errors) <= 2 * agreement["early_loss_u"], errors
+
+
+def xent_loss_bound(params: dict, images: np.ndarray, labels: np.ndarray) -> float:
+    """|a float32 MLP forward's mean cross-entropy (scored in float64, `loss_numpy`) - the exact one|.
+
+    Layer 1's pre-activations are sums of 784 products and b1 (gamma(785) of their magnitudes), relu
+    passes errors on unshrunk, layer 2's sums of hidden products and b2 carry them through |w2| and
+    add their own. A row's loss, logsumexp(logits) - logits[label], moves by at most twice its
+    largest logit error; float64 scoring adds gamma(C + 4) (its exp, sum, log and subtraction) per
+    row and gamma(N) for the mean, of the loss, first order in 2^-53.
+    """
+    x = np.abs(images.astype(np.float64))
+    w1, b1, w2, b2 = (params[k].astype(np.float64) for k in ("w1", "b1", "w2", "b2"))
+    hidden = np.maximum(images.astype(np.float64) @ w1 + b1, 0)
+    error1 = gamma(w1.shape[0] + 1) * (x @ np.abs(w1) + np.abs(b1))
+    error2 = error1 @ np.abs(w2) + gamma(w2.shape[0] + 1) * ((hidden + error1) @ np.abs(w2) + np.abs(b2))
+    logits = hidden @ w2 + b2
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    row_loss = np.log(np.exp(shifted).sum(axis=1)) - shifted[np.arange(len(labels)), labels]
+    scoring = (gamma(logits.shape[1] + 4, 2.0**-53) + gamma(len(labels), 2.0**-53)) * row_loss.mean()
+    return float((2 * error2.max(axis=1)).mean() + scoring)
 
 
 def run(tmp_path, prepared_mnist, settings, name="probe", seed=0):
@@ -44,13 +89,15 @@ def test_xla_lane_compiles_its_step_exactly_once(tmp_path, prepared_mnist):
     assert record["compiles"]["train"] == 1
     assert exp.eval_every == exp.steps_per_epoch == 8  # mini-batch lanes evaluate once per epoch
     assert record["dispatches"] == exp.steps + 3  # evaluations at steps 0, 8 and 12 (the end)
-    assert record["timing"]["compile_s"] > 0
     validate_record(json.loads(paths.record.read_text()))
     curve = pd.read_parquet(paths.curve)
     assert (curve["kind"] == "train").sum() == exp.steps
     assert curve.loc[curve["kind"] == "test", "step"].tolist() == [0, 8, 12]
     assert paths.digits.read_text().count("predicted") == 6
     assert record["accuracy"]["total"] == 200
+    # Beating chance, derived: a guesser independent of the labels (p = 0.1) gets more than 50 of 200
+    # with probability 3.0e-10 (the binomial tail, scipy.stats.binom.sf(50, 200, 0.1)), and one
+    # constant answer gets at most 28 (the most common label among MNIST's first 200 test images).
     assert record["accuracy"]["correct"] > 50, "12 steps should beat chance (10 %) clearly"
 
 
@@ -70,13 +117,20 @@ def test_evaluation_in_blocks_is_evaluation_of_the_whole_test_set(
         assert (whole["dispatches"], blocked["dispatches"]) == (12 + 3, 12 + 3 * 3)
     with np.load(blocked_paths.model) as a, np.load(whole_paths.model) as b:
         np.testing.assert_array_equal(a["predictions"], b["predictions"])
-    tests = [
+    blocked_losses, whole_losses = (
         pd.read_parquet(p).query("kind == 'test'")["loss"].to_numpy()
         for p in (blocked_paths.curve, whole_paths.curve)
-    ]
-    # float32 logits of one image do not depend on the batch beside it, up to the kernels' order of
-    # summation per batch size: a few ulps of a loss near 2
-    np.testing.assert_allclose(*tests, rtol=1e-6)
+    )
+    # Training is the same either way; the test losses part only by the forward's summation order per
+    # batch size, each side within `xent_loss_bound` of the exact loss. The weights of step 0 and of
+    # the end (step 12) are saved; step 8's are not, so its loss is not compared.
+    data = load(prepared_mnist["arrays"], test_images=250)
+    for index, params in (
+        (0, load_initial_params(blocked_paths.init)),
+        (-1, load_model(blocked_paths.model).params),
+    ):
+        bound = 2 * xent_loss_bound(params, data.test_images, data.test_labels)
+        assert abs(blocked_losses[index] - whole_losses[index]) <= bound, (index, bound)
 
 
 def test_interpreter_lane_is_deterministic_and_compiles_nothing(tmp_path, prepared_mnist):
@@ -96,7 +150,7 @@ def test_interpreter_and_xla_lanes_start_identically(tmp_path, prepared_mnist):
     _, host_paths, _ = run(tmp_path, prepared_mnist, small_lane(engine="interpreter"), name="host")
     xla = pd.read_parquet(xla_paths.curve).query("kind == 'train'")["loss"].to_numpy()
     host = pd.read_parquet(host_paths.curve).query("kind == 'train'")["loss"].to_numpy()
-    np.testing.assert_allclose(host[:5], xla[:5], rtol=1e-5)
+    early_losses_agree(host, xla)
 
 
 def test_hand_kernel_lane(tmp_path, prepared_mnist):
@@ -186,7 +240,7 @@ def test_fused_steps_compile_once_and_train_like_single_steps(tmp_path, prepared
     assert fused["config"]["fuse_steps"] == 4
     single_losses = pd.read_parquet(single_paths.curve).query("kind == 'train'")["loss"].to_numpy()
     fused_losses = pd.read_parquet(fused_paths.curve).query("kind == 'train'")["loss"].to_numpy()
-    np.testing.assert_allclose(fused_losses, single_losses, rtol=1e-5)
+    early_losses_agree(fused_losses, single_losses)
 
 
 @pytest.mark.parametrize("batch_size", [64, "full"])

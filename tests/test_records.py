@@ -292,7 +292,9 @@ def test_curve_rows_follow_the_steps_then_the_evaluations():
     assert {column: str(dtype) for column, dtype in frame.dtypes.items()} == CURVE_COLUMNS
     train, test = frame[frame["kind"] == "train"], frame[frame["kind"] == "test"]
     assert train["step"].tolist() == [1, 2, 3, 4] and train["loss"].tolist() == [2.5, 2.0, 1.25, 1.125]
-    np.testing.assert_allclose(train["step_ms"], [2.0, 4.3210987, 1 / 3, 2.1234567])
+    # one float64 product per row, seconds * 1e3, correctly rounded (IEEE 754): the same product here
+    # is the same bits
+    assert train["step_ms"].tolist() == [seconds * 1e3 for seconds in result().step_seconds]
     assert test["step"].tolist() == [0, 2, 4] and test["test_correct"].tolist() == [1, 4, 7]
     assert test["epoch"].tolist() == [0.0, 0.25, 0.5] and test["loss"].tolist() == [2.3, 1.9, 1.5]
     assert test["test_accuracy"].tolist() == [0.1, 4 / 9, 7 / 9]
