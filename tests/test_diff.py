@@ -207,7 +207,9 @@ def test_head_against_the_working_tree(two_commits):
     document = diff_json(two_commits)  # the defaults: HEAD against the working tree
     assert document["a"].startswith("HEAD (") and document["b"].startswith("working tree")
     assert {lane for lane, row in document["lanes"].items() if row["changed"]} == {"xla_cpu"}
-    assert document["lanes"]["xla_cpu"]["accuracy_percent"]["delta"] == pytest.approx(-0.315)
+    # Exact: the means are fractions (93.00 + 93.64 against 93.63 + 93.64, halved) and the delta,
+    # -63/200 points, is rounded once, as the literal is.
+    assert document["lanes"]["xla_cpu"]["accuracy_percent"]["delta"] == -0.315
     # A revision alone is compared with the working tree too.
     older = diff_json(two_commits, "HEAD~1", "--only-changed")
     assert set(older["lanes"]) == {"host", "xla_cpu"}
@@ -312,9 +314,9 @@ def test_folders_of_the_real_records_one_altered(tmp_path):
     assert {lane for lane, row in document["lanes"].items() if row["changed"]} == {"host"}
     host = document["lanes"]["host"]
     seeds = host["seeds_ok"]["a"]
-    assert host["changed"] == ["accuracy"] and host["accuracy_percent"]["delta"] == pytest.approx(
-        -0.3 / seeds
-    )
+    # Exact: 30 images of 10000 on one seed, averaged over the seeds in fractions, rounded once.
+    assert host["changed"] == ["accuracy"]
+    assert host["accuracy_percent"]["delta"] == float(Fraction(-3, 10 * seeds))
     text = run_diff(None, "--folders", str(a), str(b), "--experiment", "mnist", "--only-changed")
     assert list(table_rows(text)) == ["host"]
     assert list(
@@ -374,7 +376,7 @@ def test_time_counts_as_changed_beyond_the_tolerance():
     a = {("xla_cpu", 0): fake_record("xla_cpu", 0, step_ms=10.0)}
     b = {("xla_cpu", 0): fake_record("xla_cpu", 0, step_ms=10.4)}
     (row,) = compare(a, b)
-    assert row.step_ratio == pytest.approx(1.04) and row.changed == ()
+    assert row.step_ratio == 10.4 / 10.0 and row.changed == ()  # exact: one seed, one division
     (row,) = compare(a, b, time_tolerance=0.03)
     assert row.changed == ("step_ms",)
 
@@ -402,7 +404,8 @@ def test_deltas_are_over_the_seeds_both_sides_completed():
     b |= {("x", seed): fake_record("x", seed, correct=9500, step_ms=30.0) for seed in (3, 4)}
     (row,) = compare(a, b)
     assert row.seeds_compared == (0, 1, 2) and (row.seeds_a, row.seeds_b) == ((0, 1, 2), tuple(range(5)))
-    assert row.accuracy_delta == 0 and row.accuracy_a == row.accuracy_b == pytest.approx(93.01)
+    # Exact: (93.00 + 93.01 + 93.02) / 3 is 93.01 in fractions, rounded once, as the literal is.
+    assert row.accuracy_delta == 0 and row.accuracy_a == row.accuracy_b == 93.01
     assert row.step_ratio == 1.0 and row.step_ms_b == 12.0
     assert row.changed == ("seeds",)
     text = to_text_of(row)
@@ -523,10 +526,48 @@ def test_the_previous_commit_of_this_repository():
     shallow = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet", "HEAD~1"], capture_output=True
     ).returncode
-    document = diff_json(REPO, "HEAD" if shallow else "HEAD~1", "HEAD", "--experiment", "mnist")
-    assert document["lanes"]
-    for row in document["lanes"].values():
-        assert row["presence"] in ({"both"} if shallow else {"both", "added", "removed"})
-        for side in ("a", "b"):
-            accuracy = row["accuracy_percent"][side]
-            assert accuracy is None or 0 <= accuracy <= 100
+    a, b = ("HEAD" if shallow else "HEAD~1"), "HEAD"
+    document = diff_json(REPO, a, b, "--experiment", "mnist")
+    # The committed records, read here with git itself: each side's lanes, and per lane the ok
+    # seeds' accuracies from their counts, exact.
+    sides = [_committed_accuracies(a), _committed_accuracies(b)]
+    assert sides[1], "no committed records at HEAD"
+    assert set(document["lanes"]) == set(sides[0]) | set(sides[1])
+    for lane, row in document["lanes"].items():
+        there = (lane in sides[0], lane in sides[1])
+        presence = {(True, True): "both", (True, False): "removed", (False, True): "added"}[there]
+        assert row["presence"] == presence, lane
+        if there != (True, True):
+            continue
+        shared = sorted(sides[0][lane].keys() & sides[1][lane].keys())
+        means = [
+            sum((side[lane][seed] for seed in shared), Fraction(0)) / len(shared) if shared else None
+            for side in sides
+        ]
+        expected = [None if mean is None else float(mean) for mean in means]
+        # Exact: both are the fractions' means, rounded once; the delta too.
+        assert [row["accuracy_percent"]["a"], row["accuracy_percent"]["b"]] == expected, lane
+        delta = None if None in means else float(means[1] - means[0])
+        assert row["accuracy_percent"]["delta"] == delta, lane
+        assert ("accuracy" in row["changed"]) == (means[0] != means[1]), lane
+
+
+def _committed_accuracies(rev: str) -> dict[str, dict[int, Fraction]]:
+    """Per lane, the ok seeds' test accuracy (per cent, exact) of the records committed at `rev`."""
+
+    def show(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, check=True)
+        return done.stdout
+
+    paths = show("ls-tree", "-r", "--name-only", rev, "results").splitlines()
+    pattern = re.compile(r"results/(?:mnist/)?runs/([^/]+)/seed-(\d+)/record\.json")
+    found: dict[str, dict[int, Fraction]] = {}
+    for path in paths:
+        match = pattern.fullmatch(path)
+        if not match:
+            continue
+        record = json.loads(show("show", f"{rev}:{path}"))
+        seeds = found.setdefault(match[1], {})
+        if record["status"] == "ok":
+            seeds[int(match[2])] = Fraction(100 * record["accuracy"]["correct"], record["accuracy"]["total"])
+    return found

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import matplotlib.colors
 import matplotlib.image
 import numpy as np
 import pytest
@@ -27,7 +28,7 @@ from workflow import REPO
 
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
 LANES = list(CONFIG["lanes"])
-T95 = {n: stats.t.ppf(0.975, n - 1) for n in range(2, 8)}
+T95 = {n: stats.t.ppf(0.975, n - 1) for n in range(2, 8)}  # (1 + 0.95) / 2 is 0.975 exactly
 
 
 def record(lane: str, seed: int, correct: int | None = 9300, step_ms: float | None = 10.0, **config) -> dict:
@@ -137,7 +138,8 @@ def test_pairs_span_only_seeds_both_lanes_completed():
     records += [record("c", s, None) for s in range(3)]  # skipped everywhere: no pair at all
     pairs = paired_comparisons(records, ["a", "b", "c"])
     assert [(p.reference, p.candidate, p.seeds) for p in pairs] == [("a", "b", (0, 2))]
-    assert pairs[0].accuracy_differences == pytest.approx((0.1, 0.2))
+    # Exact: 10 and 20 images of 10000 are the fractions 1/10 and 1/5, each rounded once to a float.
+    assert pairs[0].accuracy_differences == (0.1, 0.2)
 
 
 def test_a_failed_record_counts_as_not_completed():
@@ -149,7 +151,7 @@ def test_a_failed_record_counts_as_not_completed():
 def test_one_shared_seed_gives_the_difference_without_an_interval():
     pair = pair_of([9300], [9303], [10.0], [12.0])
     assert pair.n == 1
-    assert pair.accuracy.value == pytest.approx(0.03)
+    assert pair.accuracy.value == 0.03  # exact: 3/100 rounded once, and a mean of one value is it
     assert math.isnan(pair.accuracy.low) and math.isnan(pair.step_ms_ratio.high)
     assert pair.accuracy_verdict == (
         "cand is higher than ref by 0.03 points on the one shared seed; one seed gives no interval"
@@ -175,23 +177,38 @@ def test_lane_order_decides_the_reference_not_record_order():
 def test_accuracy_interval_is_the_student_t_interval_of_the_per_seed_differences():
     # Differences 0.1, 0.2, 0.0, 0.1, 0.1 points.
     pair = pair_of([9300] * 5, [9310, 9320, 9300, 9310, 9310])
+    # t(0.975, 4) = 2.7764451 to 7 decimals (within 5e-8) and the exact sd is sqrt(0.005); the
+    # float64 roundings of the mean, sd and bounds (values below 0.25, ulps of 2**-55) stay under
+    # 2**-50.
+    t_half = 2.7764451 * math.sqrt(0.005) / math.sqrt(5)
+    assert pair.accuracy.high - pair.accuracy.value == pytest.approx(
+        t_half, abs=5e-8 * math.sqrt(0.005) / math.sqrt(5) + 2**-50
+    )
+    # Exact: each difference is the float of its fraction, so these are the project's values, and
+    # the mean and interval below are its float64 operations in its order.
     differences = np.array([0.1, 0.2, 0.0, 0.1, 0.1])
-    half = T95[5] * differences.std(ddof=1) / math.sqrt(5)
-    assert half == pytest.approx(2.7764451 * math.sqrt(0.005) / math.sqrt(5))
-    assert pair.accuracy.value == pytest.approx(0.1)
-    assert (pair.accuracy.low, pair.accuracy.high) == pytest.approx((0.1 - half, 0.1 + half))
+    assert pair.accuracy_differences == tuple(differences)
+    mean, half = float(differences.mean()), float(T95[5] * differences.std(ddof=1) / math.sqrt(5))
+    assert (pair.accuracy.value, pair.accuracy.low, pair.accuracy.high) == (mean, mean - half, mean + half)
 
 
 def test_ratio_interval_is_computed_on_logs():
     # Ratios 1, 2, 4: arithmetic mean 7/3, geometric mean 2.
     pair = pair_of([9300] * 3, [9300] * 3, [10.0, 10.0, 10.0], [10.0, 20.0, 40.0])
-    assert pair.step_ms_ratios == pytest.approx((1.0, 2.0, 4.0))
-    assert pair.step_ms_ratio.value == pytest.approx(2.0)
-    half = T95[3] * math.log(2) / math.sqrt(3)  # sd of (0, ln 2, 2 ln 2) is ln 2
-    assert pair.step_ms_ratio.low == pytest.approx(2 * math.exp(-half))
-    assert pair.step_ms_ratio.high == pytest.approx(2 * math.exp(half))
-    # Symmetric about the geometric mean on a log scale, which an arithmetic interval is not.
-    assert pair.step_ms_ratio.low * pair.step_ms_ratio.high == pytest.approx(4.0)
+    assert pair.step_ms_ratios == (1.0, 2.0, 4.0)  # exact: 20 / 10 and 40 / 10
+    # Exact: the logs' mean and the sd of (0, ln 2, 2 ln 2), ln 2 in exact arithmetic, in the
+    # project's float64 operations and order.
+    logs = np.array([math.log(r) for r in pair.step_ms_ratios])
+    centre, half = float(logs.mean()), float(T95[3] * logs.std(ddof=1) / math.sqrt(3))
+    estimate = pair.step_ms_ratio
+    assert (estimate.value, estimate.low, estimate.high) == tuple(
+        math.exp(v) for v in (centre, centre - half, centre + half)
+    )
+    # Symmetric about the geometric mean 2 on a log scale, which an arithmetic interval is not:
+    # low * high = exp(2 centre) = 4 up to the roundings of the logs and their mean (2**-52 once
+    # doubled), of centre -+ half (2**-52 + 2**-53), of the two exps (1 ulp each, glibc) and of
+    # the product (2**-53): under 2**-49 relative.
+    assert estimate.low * estimate.high == pytest.approx(4.0, rel=2**-49, abs=0)
 
 
 def test_swapping_reference_and_candidate_negates_differences_and_inverts_ratios():
@@ -206,12 +223,22 @@ def test_swapping_reference_and_candidate_negates_differences_and_inverts_ratios
         (forward,) = paired_comparisons(records, ["a", "b"])
         (backward,) = paired_comparisons(records, ["b", "a"])
         assert (backward.reference, backward.candidate) == (forward.candidate, forward.reference)
-        assert backward.accuracy.value == pytest.approx(-forward.accuracy.value, abs=1e-9)
-        assert backward.step_ms_ratio.value == pytest.approx(1 / forward.step_ms_ratio.value)
+        # Exact: each difference negates exactly (a fraction, rounded once), rounding to nearest
+        # is symmetric, so the mean negates and the sd (of negated deviations) is the same.
+        assert backward.accuracy.value == -forward.accuracy.value
+        # a / b and b / a are two roundings (2**-53 each); the logs (1 ulp of < 3.5, glibc), the
+        # sum of <= 6 of them (1/2 ulp of < 21 each) and the mean part the two mean logs by under
+        # 2**-47; the exps (1 ulp) and 1 / x (1/2 ulp) keep the value's gap under 2**-46.
+        inverse = 1 / forward.step_ms_ratio.value
+        assert backward.step_ms_ratio.value == pytest.approx(inverse, rel=2**-46, abs=0)
         if n > 1:
-            assert backward.accuracy.low == pytest.approx(-forward.accuracy.high, abs=1e-9)
-            assert backward.step_ms_ratio.low == pytest.approx(1 / forward.step_ms_ratio.high)
-            assert backward.step_ms_ratio.high == pytest.approx(1 / forward.step_ms_ratio.low)
+            assert backward.accuracy.low == -forward.accuracy.high
+            # The ends add t / sqrt(n) (<= 12.71 / sqrt 2 = 9) times the sds' gap: the sd moves at
+            # most sqrt(n / (n - 1)) times the logs' gap, plus its own roundings (2**-50 of an sd
+            # below 3.5): under 2**-45 each side; 2 * 9 * 2**-45 + 2**-46 < 2**-40.
+            ends = (1 / forward.step_ms_ratio.high, 1 / forward.step_ms_ratio.low)
+            got = (backward.step_ms_ratio.low, backward.step_ms_ratio.high)
+            assert got == pytest.approx(ends, rel=2**-40, abs=0)
 
 
 # --- words --------------------------------------------------------------------------------------
@@ -312,18 +339,30 @@ def test_figure_has_two_panels_per_pair_and_is_written_as_png(tmp_path):
         figure = paired_figure(pairs)
         assert len(figure.axes) == 2 * len(pairs)
         assert [ax.get_xscale() for ax in figure.axes] == ["linear", "log"] * len(pairs)
-    heights = {}
+    dpi, spans = 130, {}  # paired_differences saves at 130 dots per inch
     for name, pairs in (("one", one), ("three", three)):
         path = tmp_path / f"{name}.png"
         paired_differences(pairs, path)
         image = matplotlib.image.imread(path)  # decodes the PNG, or raises
         assert image.ndim == 3 and image.shape[2] in (3, 4)
-        assert len(np.unique(image.reshape(-1, image.shape[2]), axis=0)) > 10  # drawn, not blank
-        heights[name] = image.shape[0]
+        # Drawn, not blank: every pair's dots are in its candidate's colour, exact at their centres.
+        drawn = {tuple(c) for c in np.round(image[..., :3] * 255).astype(int).reshape(-1, 3)}
+        for index, pair in enumerate(pairs):
+            colour = matplotlib.colors.to_rgb(paired.style(pair.candidate, index, None)[0])
+            assert tuple(round(255 * c) for c in colour) in drawn, (name, pair.candidate)
         if name == "one":
             assert image.shape[1] > image.shape[0]  # two panels side by side
-    # A row of panels per pair: three pairs stand well over twice as tall as one.
-    assert 2.0 < heights["three"] / heights["one"] < 3.5
+        # A row of panels per pair: the tight crop keeps every panel and trims only blank
+        # margins, so the PNG spans the panels' rows and at most the whole figure (+1 pixel for
+        # the rounding up).
+        figure = paired_figure(pairs)
+        tall = figure.get_size_inches()[1] * dpi
+        boxes = [ax.get_position() for ax in figure.axes]
+        panels = max(box.y1 for box in boxes) - min(box.y0 for box in boxes)
+        assert panels * tall <= image.shape[0] <= tall + 1, name
+        spans[name] = (panels * tall, tall + 1)
+    # ...and three pairs' panels alone stand taller than the whole one-pair figure.
+    assert spans["three"][0] > spans["one"][1]
     assert not list(tmp_path.glob(".*.part"))  # written atomically, no temporary left behind
 
 

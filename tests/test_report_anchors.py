@@ -33,7 +33,10 @@ def test_shipped_anchors_load_with_their_published_figures():
 
 
 def test_anchors_file_ships_as_package_data():
-    assert resources.files("gradlanes.report").joinpath("anchors.yaml").is_file()
+    # What load_anchors reads is the source's anchors.yaml, not a stale installed copy of it...
+    shipped = resources.files("gradlanes.report").joinpath("anchors.yaml").read_bytes()
+    assert shipped == (REPO / "src" / "gradlanes" / "report" / "anchors.yaml").read_bytes()
+    # ...and a wheel carries it: package-data names it.
     patterns = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     assert any(fnmatch("report/anchors.yaml", pattern) for pattern in patterns["gradlanes"])
 

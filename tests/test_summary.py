@@ -30,9 +30,13 @@ from workflow import REPO
 def test_mean_ci_is_student_t():
     mean, low, high = mean_ci([93.0, 94.0, 95.0])
     assert mean == 94.0
-    # t(0.975, 2) = 4.3027, sd = 1, n = 3
-    assert high - mean == pytest.approx(4.302653 / math.sqrt(3), rel=1e-5)
-    assert mean - low == pytest.approx(high - mean)
+    # sd = 1, n = 3; t(0.975, 2) = 4.302653 to 7 digits, so within 5e-7, 5e-7 / sqrt(3) once
+    # divided; 94 + half rounds once in [64, 128) (half an ulp, 2**-47) and taking 94 off is exact
+    # (Sterbenz).
+    assert high - mean == pytest.approx(4.302653 / math.sqrt(3), abs=5e-7 / math.sqrt(3) + 2**-47)
+    # Exact: 94 -+ half round onto the one grid of [64, 128), symmetric about 94 (an even point of
+    # it, so ties to even mirror too), and both subtractions are exact (Sterbenz).
+    assert mean - low == high - mean
     assert math.isnan(mean_ci([1.0])[1])
     assert math.isnan(mean_ci([])[0])
 
@@ -95,11 +99,21 @@ def test_drawn_digit_is_centred_like_mnist():
     ImageDraw.Draw(image).line([(40, 60), (60, 300)], fill=0, width=18)
     pixels = mnist_style(np.asarray(image, np.float32))
     assert pixels.shape == (28, 28) and pixels.dtype == np.uint8
-    rows = np.flatnonzero(pixels.max(axis=1) > 25)
-    assert 19 <= rows[-1] - rows[0] + 1 <= 21  # the long side fills the 20-pixel box
+    # The stroke's ink is a 243 x 38 crop: scaled into the 20-pixel box it is 20 x round(38 * 20 /
+    # 243) = 20 x 3 pixels, the long side filling the box exactly.
+    rows, cols = (np.flatnonzero(pixels.max(axis=axis) > 0) for axis in (1, 0))
+    assert (rows[-1] - rows[0] + 1, cols[-1] - cols[0] + 1) == (20, 3)
+    # Every one of the 20 rows is ink, not a faint fringe: measured, the faintest peaks at 204.
+    assert len(np.flatnonzero(pixels.max(axis=1) > 25)) == 20
     ys, xs = np.indices(pixels.shape)
-    total = pixels.sum()
-    assert abs((ys * pixels).sum() / total - 13.5) <= 1 and abs((xs * pixels).sum() / total - 13.5) <= 1
+    total = int(pixels.sum(dtype=np.int64))
+    footprint = (slice(rows[0], rows[-1] + 1), slice(cols[0], cols[-1] + 1))
+    for index in (ys, xs):
+        # A shift by the rounded distance to 13.5 leaves the scaled canvas's centre of mass within
+        # 0.5 of it; the uint8 cast then drops f < 1 from each footprint pixel, moving the centre c
+        # by |sum (i - c) f| / total <= sum (|i - 13.5| + 0.5) / total over the footprint.
+        truncation = float((np.abs(index[footprint] - 13.5) + 0.5).sum()) / total
+        assert abs(float((index * pixels).sum()) / total - 13.5) <= 0.5 + truncation
     assert pixels[0].max() == 0  # background is black, like MNIST
 
 
