@@ -6,6 +6,7 @@ for the slice, rerunning a single lane, and a failing agreement check failing th
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -15,6 +16,7 @@ import signal
 import time
 
 import jax
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -58,6 +60,15 @@ def subset_copy(subset_run, tmp_path):
 
 def records(workdir):
     return {lane: json.loads((workdir / PUBLISHED.record(lane, 0)).read_text()) for lane in CONFIG["lanes"]}
+
+
+def png_pixels(path) -> np.ndarray:
+    """A PNG decoded whole (PIL checks its chunks while it reads), as RGB pixels (rows, columns, 3)."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        assert image.format == "PNG", path
+        return np.asarray(image.convert("RGB"), dtype=np.int32)
 
 
 def test_every_record_is_valid_and_ok(subset_run):
@@ -104,7 +115,8 @@ def test_agreement_passes_with_measured_values(subset_run):
         for kind in ("step0_loss", "step0_grad", "trained_loss", "trained_grad", "early_loss"):
             check = checks[f"{lane}/seed-0/{kind}"]
             assert check["status"] == "ok" and 0 <= check["measured"] <= check["bound"], check
-            assert check["fraction_of_bound"] == pytest.approx(check["measured"] / check["bound"])
+            # the report's one division, of floats JSON writes and reads back exactly
+            assert check["fraction_of_bound"] == check["measured"] / check["bound"]
         errors = report["float64_reference"][lane]["seed-0"]
         assert errors["trained_grad"]["measured"] == checks[f"{lane}/seed-0/trained_grad"]["measured"]
     gpu = checks["xla_gpu/seed-0/step0_grad"]
@@ -143,7 +155,10 @@ def test_curves_and_digits(subset_run):
     digits = (workdir / PUBLISHED.digits("host", 0)).read_text()
     assert len(re.findall(r"predicted \d, label \d", digits)) == 6
     log = (workdir / "logs/mnist/train/host/seed-0.log").read_text()
-    assert 8 <= len(re.findall(r"^\S+ \S+ INFO gradlanes.run.train: +\d+ +\d\.\d+ ", log, re.M)) <= 20
+    # A row every ceil(steps / log_rows) steps and at step 1 (run/train.py): the host lane's 40
+    # steps with log_rows at its default of 12 log steps 1, 4, 8, ..., 40.
+    logged = re.findall(r"^\S+ \S+ INFO gradlanes.run.train: +(\d+) +\d\.\d+ ", log, re.M)
+    assert [int(step) for step in logged] == [1, *range(4, 41, 4)]
 
 
 def test_rerunning_one_lane_reruns_only_that_lane_and_republishes(subset_copy):
@@ -251,11 +266,27 @@ def test_summary_figures_and_report(subset_run):
     summary = (workdir / PUBLISHED.summary("md")).read_text()
     assert "| `host` | interpreter |" in summary and "Published anchors" in summary
     assert re.search(r"\d[\d,]* / 1,000 = \d+\.\d\d %", summary)
-    for figure in ("loss_curves", "accuracy_per_epoch", "digits", "cost_accuracy"):
-        assert (workdir / PUBLISHED.figure(figure)).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    figures = ("loss_curves", "accuracy_per_epoch", "digits", "cost_accuracy")
+    for figure in ("loss_curves", "accuracy_per_epoch", "cost_accuracy"):
+        # Axes, grid and text are grey; only the lanes' lines and points are in the palette's
+        # colours (chroma over 100), a 2-pixel line hundreds of pixels long at 130 dpi.
+        pixels = png_pixels(workdir / PUBLISHED.figure(figure))
+        assert (pixels.max(axis=2) - pixels.min(axis=2) > 100).sum() >= 100, figure
+    # figures.digit_grid: a 1.2-inch row per lane with predictions at 130 dpi, beside 0.8 inch of
+    # title and margins (all the tight crop may trim).
+    ran = [lane for lane, record in records(workdir).items() if record["status"] == "ok"]
+    assert png_pixels(workdir / PUBLISHED.figure("digits")).shape[0] >= 1.2 * 130 * len(ran)
+    table = pd.read_csv(workdir / PUBLISHED.summary("csv")).set_index("lane")
+    for lane, record in records(workdir).items():
+        if record["status"] == "ok":
+            assert table.loc[lane, "correct"] == record["accuracy"]["correct"], lane
+            assert table.loc[lane, "accuracy_mean"] == record["accuracy"]["percent"], lane
     process = run_snakemake(workdir, "--report", "results/report.html", configfile=SUBSET, overrides=mirror)
     assert process.returncode == 0, output_of(process)
-    assert (workdir / "results/report.html").stat().st_size > 10_000
+    # Snakemake embeds each report() output whole, base64-encoded: the run's own tables and figures.
+    report = (workdir / "results/report.html").read_text()
+    for path in (*(WORK.summary(suffix) for suffix in ("csv", "md")), *map(WORK.figure, figures)):
+        assert base64.b64encode((workdir / path).read_bytes()).decode() in report, path
 
 
 def test_predict_a_drawn_digit_with_a_trained_lane(subset_run, tmp_path, capsys):
@@ -273,7 +304,7 @@ def test_predict_a_drawn_digit_with_a_trained_lane(subset_run, tmp_path, capsys)
     )
     out = capsys.readouterr().out
     scores = [float(line.split()[1]) for line in out.splitlines() if re.match(r"  \d: ", line)]
-    assert len(scores) == 10 and sum(scores) == pytest.approx(1, abs=1e-3)
+    assert len(scores) == 10 and scores[1] == max(scores)  # the printed scores put the 1 on top
     assert "1:" in next(line for line in out.splitlines() if "<- predicted" in line)
 
 
@@ -336,4 +367,7 @@ def test_an_experiment_whose_every_lane_is_skipped_still_publishes_saying_so(sub
     record = json.loads((folder / "runs" / "xla_gpu" / "seed-0" / "record.json").read_text())
     assert record["status"] == "skipped" and "JAX sees no GPU here" in record["reason"]
     assert "skipped" in (folder / "summary.md").read_text()
-    assert (folder / "figures" / "digits.png").stat().st_size > 0
+    # figures.digit_grid's placeholder: one line of text on 6 x 1.5 inches at 130 dpi, which the
+    # tight crop only trims (a grid of even one lane is 14.2 inches wide).
+    pixels = png_pixels(folder / "figures" / "digits.png")
+    assert pixels.shape[0] <= 1.5 * 130 and pixels.shape[1] <= 6 * 130 and (pixels.max(axis=2) < 128).any()

@@ -155,10 +155,14 @@ def test_continued_fraction_runs_to_its_step_limit(monkeypatch, dtype, limit):
 
 
 def test_continued_fraction_clamps_a_zero_denominator():
-    # a = b = x = 1: the second numerator is -1, so d = 1 + (-1) * 1 = 0 is clamped to eps / 2
+    # a = b = x = 1, traced by hand with small = eps / 2 = 2^-53, every step exact: step 1 (numerator
+    # 1) gives c = 1 + 2^53, which rounds to even, 2^53, d = 1, h = 2^-53 * 2^53 = 1; step 2's
+    # numerator is -1, so c = 1 - 2^-53 and d = 1 + (-1) * 1 = 0, clamped to 2^-53 and inverted to
+    # 2^53: h = 2^53 - 1; step 3's numerator is 0 (b - m = 0), so c = d = 1 and the loop stops. A
+    # clamp to any other value v gives (1 - 2^-53) / v, none an infinite h.
     a, b, x = _f64([1.0], [1.0], [1.0])
     h = special._betainc_continued_fraction(a, b, x)
-    assert np.isfinite(h).all() and h.dtype == F64
+    assert h.dtype == F64 and h.tolist() == [2.0**53 - 1]
 
 
 def test_betainc_numerator_first_is_one():
