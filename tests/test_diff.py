@@ -539,15 +539,17 @@ def test_the_previous_commit_of_this_repository():
         assert row["presence"] == presence, lane
         if there != (True, True):
             continue
+        # Over the seeds ok on both sides; with none shared, each side over its own, and no delta.
         shared = sorted(sides[0][lane].keys() & sides[1][lane].keys())
+        over = [shared or sorted(side[lane]) for side in sides]
         means = [
-            sum((side[lane][seed] for seed in shared), Fraction(0)) / len(shared) if shared else None
-            for side in sides
+            sum((side[lane][seed] for seed in seeds), Fraction(0)) / len(seeds) if seeds else None
+            for side, seeds in zip(sides, over, strict=True)
         ]
         expected = [None if mean is None else float(mean) for mean in means]
         # Exact: both are the fractions' means, rounded once; the delta too.
         assert [row["accuracy_percent"]["a"], row["accuracy_percent"]["b"]] == expected, lane
-        delta = None if None in means else float(means[1] - means[0])
+        delta = float(means[1] - means[0]) if shared else None
         assert row["accuracy_percent"]["delta"] == delta, lane
         assert ("accuracy" in row["changed"]) == (means[0] != means[1]), lane
 
@@ -559,8 +561,10 @@ def _committed_accuracies(rev: str) -> dict[str, dict[int, Fraction]]:
         done = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, check=True)
         return done.stdout
 
-    paths = show("ls-tree", "-r", "--name-only", rev, "results").splitlines()
-    pattern = re.compile(r"results/(?:mnist/)?runs/([^/]+)/seed-(\d+)/record\.json")
+    # The experiment folder's records (the layout since results/<experiment>/ exists; the diff
+    # reads results/runs/ only at commits from before it, which HEAD~1 no longer is).
+    paths = show("ls-tree", "-r", "--name-only", rev, "results/mnist/runs").splitlines()
+    pattern = re.compile(r"results/mnist/runs/([^/]+)/seed-(\d+)/record\.json")
     found: dict[str, dict[int, Fraction]] = {}
     for path in paths:
         match = pattern.fullmatch(path)
@@ -569,5 +573,9 @@ def _committed_accuracies(rev: str) -> dict[str, dict[int, Fraction]]:
         record = json.loads(show("show", f"{rev}:{path}"))
         seeds = found.setdefault(match[1], {})
         if record["status"] == "ok":
-            seeds[int(match[2])] = Fraction(100 * record["accuracy"]["correct"], record["accuracy"]["total"])
+            accuracy = record["accuracy"]
+            if isinstance(accuracy.get("correct"), int) and accuracy.get("total"):
+                seeds[int(match[2])] = Fraction(100 * accuracy["correct"], accuracy["total"])
+            elif accuracy.get("percent") is not None:  # the rounded percent, through its decimal text
+                seeds[int(match[2])] = Fraction(repr(float(accuracy["percent"])))
     return found

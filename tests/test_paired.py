@@ -345,7 +345,8 @@ def test_figure_has_two_panels_per_pair_and_is_written_as_png(tmp_path):
         paired_differences(pairs, path)
         image = matplotlib.image.imread(path)  # decodes the PNG, or raises
         assert image.ndim == 3 and image.shape[2] in (3, 4)
-        # Drawn, not blank: every pair's dots are in its candidate's colour, exact at their centres.
+        # Drawn, not blank: each pair's candidate colour appears in the figure, exact (the dots' centres
+        # carry it unblended; the mean bar may too, so this checks a drawn pair, not each dot).
         drawn = {tuple(c) for c in np.round(image[..., :3] * 255).astype(int).reshape(-1, 3)}
         for index, pair in enumerate(pairs):
             colour = matplotlib.colors.to_rgb(paired.style(pair.candidate, index, None)[0])

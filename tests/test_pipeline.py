@@ -305,6 +305,10 @@ def test_predict_a_drawn_digit_with_a_trained_lane(subset_run, tmp_path, capsys)
     out = capsys.readouterr().out
     scores = [float(line.split()[1]) for line in out.splitlines() if re.match(r"  \d: ", line)]
     assert len(scores) == 10 and scores[1] == max(scores)  # the printed scores put the 1 on top
+    # Normalised: each printed to 4 decimals (within 5e-5 of its value), the ten sum to within 5e-4
+    # of 1 (1e-12 more for adding the ten floats). Unnormalised, the shifted softmax numerators sum
+    # to 1 / p_top (the top one is e^0 = 1): outside that unless the model is 99.95 % sure.
+    assert abs(sum(scores) - 1) <= 10 * 0.5e-4 + 1e-12
     assert "1:" in next(line for line in out.splitlines() if "<- predicted" in line)
 
 

@@ -1,7 +1,7 @@
 """How much of tests/special_budgets.betainc_budget's continued-fraction allowance the rule uses.
 
-The allowance (steps * eps / 4 of the term the fraction multiplies) is a measured choice, not a
-derived bound: this script is the measurement. For random small arrays it compares the rule with
+The allowance (steps * eps / 4 of the term the fraction multiplies) is a margin, not a derived
+bound: this script measures whether the rule needs it. For random small arrays it compares the rule with
 XLA and prints the largest allowance any element needed beyond the rest of the budget (negative:
 the rest covered it) and the largest share of the whole budget used. Subnormal results are left
 out, as oracle.check flushes them.
