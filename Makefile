@@ -22,7 +22,13 @@ endif
 endif
 GPU_STAMP := $(if $(GPU),$(VENV)/.gpu-$(GPU)-stamp)
 
-.PHONY: install run test test-numerics calibrate test-cluster mutation lint clean-venv
+.PHONY: install run test test-deep check test-numerics calibrate test-cluster mutation lint clean-venv
+
+# The tests run on one pytest-xdist worker per core this process may use (nproc: its CPU affinity),
+# at most 8: beyond that the suite's longest tests, not its workers, set the time.
+# `make test TEST_WORKERS=1` runs them in one worker.
+TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n < 8 ? n : 8 )))
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS)
 
 install: $(STAMP) $(GPU_STAMP)
 
@@ -47,8 +53,19 @@ run: install
 	$(BIN)/snakemake --cores $(CORES) $(MIRROR_ARG)
 	$(BIN)/gradlanes readme
 
+# Every test, each property test with CI's count of generated cases (tests/hypothesis_profiles.py).
 test: install
-	$(BIN)/python -m pytest
+	$(PYTEST)
+
+# The same with ten times the generated cases, beyond the ones CI runs (long: tens of minutes).
+test-deep: install
+	$(PYTEST) --hypothesis-profile deep
+
+# The editing loop: lint, then the tests that start no subprocess of the pipeline, with a tenth of the
+# cases. XLA's executables are kept between runs (keyed on the exact program, flags and JAX version:
+# tests/conftest.py says why that is honest), so a second run compiles only what changed.
+check: lint
+	JAX_COMPILATION_CACHE_DIR=$(abspath $(VENV))/xla-cache $(PYTEST) -m "not slow" --hypothesis-profile quick
 
 # The numerics-marked tests and the CI-subset DAG under every OpenBLAS core type x XLA ISA x thread
 # count this CPU can run; writes results/checks/numerics.md. Cells the CPU cannot run are skipped.

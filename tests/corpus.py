@@ -355,5 +355,20 @@ def leaves(tree: Any) -> list:
 
 
 #: What happened to each corpus program in this test run (supported / ran / why not); conftest
-#: prints the coverage at the end of the run.
+#: prints the coverage at the end of the run. Written through `note`.
 RESULTS: dict[str, str] = {}
+
+
+def note(name: str, result: str) -> None:
+    """Keep what the program's furthest test found: a "ran" (it trained) is never overwritten by the
+    "supported" of the test that only checks its primitives, whichever order the two ran in."""
+    if result == "supported" and RESULTS.get(name, "").startswith("ran"):
+        return
+    RESULTS[name] = result
+
+
+@functools.cache
+def traced(entry: CorpusProgram) -> tuple[Callable, tuple, Any]:
+    """The program's step, its arguments and its jaxpr, built and traced once for every test."""
+    step, args = entry.build()
+    return step, args, jax.make_jaxpr(step)(*args)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,7 +25,9 @@ import numpy as np
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from hypothesis_profiles import examples
 from jax import lax
+from jax._src import config as jax_config  # trace_context: the settings jit keys its cache on
 
 from gradlanes.program.interpreter import Interpreter
 from gradlanes.program.jaxcompat import Literal, is_extended, key_data, rebind, sub_jaxprs
@@ -150,11 +153,58 @@ def xla(fn: Callable) -> Callable:
     def run(*args):
         closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args)
         if not any(_crops(eqn) for eqn in closed.jaxpr.eqns):
-            return jax.jit(fn)(*args)
-        flat = jax.jit(lambda *leaves: _evaluate_cropping(closed, leaves))(*jax.tree_util.tree_leaves(args))
+            return compiled_once(fn, *args)
+        cropping = lambda *leaves: _evaluate_cropping(closed, leaves)  # noqa: E731
+        flat = compiled_once(cropping, *jax.tree_util.tree_leaves(args))
         return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shape), flat)
 
     return run
+
+
+#: Executables the oracle compiled in this process: by the function and its argument types (the
+#: key jit's own cache uses), and by the exact module XLA was handed.
+_BY_FUNCTION: dict[tuple, Any] = {}
+_BY_MODULE: dict[tuple[str, str, str], Any] = {}
+_MODULE_NAME = re.compile(r"^module @\S+", re.M)
+_MAIN_SIGNATURE = re.compile(r"^\s*func\.func public @main\((.*)$", re.M)
+
+
+def compiled_once(fn: Callable, *args: Any) -> Any:
+    """`jax.jit(fn)(*args)`, compiling each distinct program once per test process.
+
+    Generated cases repeat programs: the same primitive, shapes, dtypes and parameters drawn
+    again, often traced from a new lambda, which jit's caches (keyed on the Python function)
+    compile again. A function seen before with the same argument types and trace settings (x64,
+    the PRNG flags: what jit's own cache keys on) runs the executable built for it, as jit would.
+    A new one is lowered, and if XLA was already handed the same StableHLO module (its name
+    aside: the function's name) with the same argument and result structure, the executable XLA
+    built for that module runs: the same code, so the same bits. A module is shared only when it
+    takes every argument (jit drops unused ones, and two functions that ignore different arguments
+    can lower to one module) and calls no host callback (its text names the callback, not what
+    the callback does).
+    """
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    types = tuple((type(x), np.shape(x), str(getattr(x, "dtype", ""))) for x in leaves)
+    by_function = (fn, tree, types, jax_config.trace_context())
+    executable = _BY_FUNCTION.get(by_function)
+    if executable is None:
+        lowered = jax.jit(fn).lower(*args)
+        text = lowered.as_text(debug_info=False)
+        signature = _MAIN_SIGNATURE.search(text)
+        shareable = "callback" not in text and signature and signature[1].count("%arg") == len(leaves)
+        if not shareable:
+            executable = lowered.compile()
+        else:
+            by_module = (
+                _MODULE_NAME.sub("module @oracle", text, count=1),
+                str(lowered.in_tree),
+                str(lowered.out_tree),
+            )
+            executable = _BY_MODULE.get(by_module)
+            if executable is None:
+                executable = _BY_MODULE[by_module] = lowered.compile()
+        _BY_FUNCTION[by_function] = executable
+    return executable(*args)
 
 
 def _crops(eqn) -> bool:
@@ -262,7 +312,7 @@ def _to_float64(value: Any) -> Any:
 #: deadline (the first case of each shape pays an XLA compile).
 RULE_SETTINGS = settings(
     deadline=None,
-    max_examples=40,
+    max_examples=examples(40),
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -10,6 +10,7 @@ import sys
 import jax
 import numpy as np
 import pytest
+from shared_work import SharedWork, SharedWorkFailed, session_root
 
 from gradlanes.bench import numpy_models as nm
 from gradlanes.bench.report import markdown
@@ -120,27 +121,34 @@ def test_relu_mse_sgd_kernel_matches_autodiff():
         np.testing.assert_array_less(np.abs(new - expected), bound)
 
 
-@pytest.fixture(scope="module")
-def quick_run(prepared_mnist, tmp_path_factory):
-    out = tmp_path_factory.mktemp("bench") / "worker.json"
-    command = [
-        sys.executable,
-        "-m",
-        "gradlanes.bench.worker",
-        "--threads",
-        "1",
-        "--arrays",
-        str(prepared_mnist["arrays"]),
-        "--reps",
-        "2",
-        "--quick",
-        "--json",
-        str(out),
-    ]
-    subprocess.run(command, env={**os.environ, **thread_env(1)}, check=True, timeout=600)
-    return json.loads(out.read_text())
+@pytest.fixture(scope="session")
+def quick_run(prepared_mnist, request):
+    """One quick benchmark worker run (1 thread, 2 reps) for the session, shared by its workers."""
+
+    def measure(folder):
+        command = [
+            sys.executable,
+            "-m",
+            "gradlanes.bench.worker",
+            "--threads",
+            "1",
+            "--arrays",
+            str(prepared_mnist["arrays"]),
+            "--reps",
+            "2",
+            "--quick",
+            "--json",
+            str(folder / "worker.json"),
+        ]
+        done = subprocess.run(command, env={**os.environ, **thread_env(1)}, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SharedWorkFailed(f"the benchmark worker exited with {done.returncode}:\n{done.stderr}")
+
+    folder = SharedWork(session_root(request.config), "bench-quick", measure).get()
+    return json.loads((folder / "worker.json").read_text())
 
 
+@pytest.mark.slow
 def test_every_engine_lands_on_the_same_final_loss(quick_run):
     for work in quick_run["workloads"]:
         ok = {row["engine"]: row["final_loss"] for row in work["rows"] if row["status"] == "ok"}
@@ -157,6 +165,7 @@ def test_every_engine_lands_on_the_same_final_loss(quick_run):
         assert np.ptp(losses) <= tolerance * abs(np.mean(losses)), (work["name"], losses)
 
 
+@pytest.mark.slow
 def test_rows_ratios_and_flops(quick_run):
     tlaloc = next(w for w in quick_run["workloads"] if w["name"] == "tlaloc")
     # XLA counts each dot's 2mkn, as the analytic count does, plus the elementwise work on top.
@@ -181,6 +190,7 @@ def test_rows_ratios_and_flops(quick_run):
     assert quick_run["tlaloc_shape_limit"]["shape"] == [4096, 784, 128]
 
 
+@pytest.mark.slow
 def test_report_names_every_floor(quick_run):
     text = markdown({1: quick_run}, environment(), {"dry_run_s": 1.0, "up_to_date_s": 2.0})
     for floor in (
@@ -194,6 +204,7 @@ def test_report_names_every_floor(quick_run):
         assert floor in text
 
 
+@pytest.mark.slow
 def test_configured_engines_get_rows_through_their_plugin(prepared_mnist):
     """`bench.engines` (here iree) adds a per-dispatch and a fused row on the lanes' workloads."""
     from gradlanes.bench import workloads as w

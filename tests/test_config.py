@@ -134,6 +134,7 @@ def test_an_agreement_pair_in_the_old_layout_says_how_to_move_it():
     assert "drop step0_grad_rel" in message
 
 
+@pytest.mark.slow
 def test_snakemake_rejects_bad_config_before_any_job(tmp_path):
     process = run_snakemake(
         tmp_path, "-n", overrides={"dataset": {"mirrorz": ["x"]}, "lanes": {"host": {"steps": -5}}}
@@ -166,6 +167,7 @@ def test_only_lanes_names_what_is_not_a_lane():
     assert "'only_lanes' must be" in message
 
 
+@pytest.mark.slow
 def test_snakemake_runs_only_the_lanes_named(tmp_path):
     process = run_snakemake(
         tmp_path, "-n", "--quiet", "rules", overrides={"only_lanes": ["softmax_kernel", "softmax_xla"]}

@@ -21,15 +21,16 @@ import numpy as np
 import pytest
 from corpus import (
     NEEDS_VALUE_FUNCTION,
-    RESULTS,
     corpus,
     exact_affine,
     leaves,
     lenet_inputs,
     lenet_layers,
     mlp_logits,
+    note,
     optax_aliases,
     positive_mlp,
+    traced,
 )
 from jax import lax
 from oracle import x64
@@ -69,9 +70,9 @@ def test_the_corpus_holds_every_optax_alias_but_those_that_need_a_value_function
 
 @pytest.mark.parametrize("entry", CORPUS, ids=lambda entry: entry.name)
 def test_the_interpreter_supports_every_primitive_of_the_program(entry):
-    step, args = entry.build()
-    missing = find_unsupported(jax.make_jaxpr(step)(*args).jaxpr)
-    RESULTS[entry.name] = "unsupported: " + ", ".join(sorted(missing)) if missing else "supported"
+    _, _, closed = traced(entry)
+    missing = find_unsupported(closed.jaxpr)
+    note(entry.name, "unsupported: " + ", ".join(sorted(missing)) if missing else "supported")
     assert not missing, f"{entry.name} uses primitive(s) with no rule: {sorted(missing)}"
 
 
@@ -80,8 +81,7 @@ def test_the_interpreter_supports_every_primitive_of_the_program(entry):
 # XLA's own distance from the float64 reference on the machine that runs them.
 @pytest.mark.parametrize("entry", CORPUS, ids=lambda entry: entry.name)
 def test_one_train_step_matches_xla_under_the_float64_reference_measure(entry):
-    step, args = entry.build()
-    closed = jax.make_jaxpr(step)(*args)
+    step, args, closed = traced(entry)
     flat = leaves(args)
     xla = [_host(x) for x in leaves(jax.jit(step)(*args))]
     got = [_host(x) for x in Interpreter(closed, entry.name)(*flat)]
@@ -101,7 +101,7 @@ def test_one_train_step_matches_xla_under_the_float64_reference_measure(entry):
             f"{label}: {measured:.3g} float32 units from the reference, bound {bound:.3g}"
         )
         worst = max(worst, measured / bound)
-    RESULTS[entry.name] = f"ran: worst {worst:.2f} of its bound"
+    note(entry.name, f"ran: worst {worst:.2f} of its bound")
 
 
 def test_optimizer_corpus_makes_its_decisions_on_exact_values():

@@ -1,7 +1,8 @@
 """The whole DAG on the CI subset (.test/config.yaml) through the real `snakemake`, then its records.
 
-One run per session feeds every test here: statuses, compile counts, agreement, accuracy floors
-for the slice, rerunning a single lane, and a failing agreement check failing the DAG.
+One run per session (conftest's `subset_run`, shared by every xdist worker) feeds every test here:
+statuses, compile counts, agreement, accuracy floors for the slice, rerunning a single lane, and a
+failing agreement check failing the DAG. Tests that run snakemake again do so in a private copy.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import signal
 import time
 
@@ -37,25 +37,6 @@ HAS_GPU = any(d.platform == "gpu" for d in jax.devices())
 # less the accuracy gap the agreement checks allow, and records the seed spread beside it
 # (results/checks/slice-floors.md); tests/test_slice_floors.py holds the file to that derivation.
 SLICE_FLOORS = REPO / "results" / "checks" / "slice-floors.json"
-
-
-@pytest.fixture(scope="module")
-def subset_run(mirror_server, tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("subset")
-    mirror = {"dataset": {"mirrors": [mirror_server.mirror("good")]}}
-    process = run_snakemake(workdir, configfile=SUBSET, overrides=mirror)
-    assert process.returncode == 0, output_of(process)
-    return workdir, mirror
-
-
-@pytest.fixture
-def subset_copy(subset_run, tmp_path):
-    """A private copy of the finished subset run, for tests that rerun, fail or kill parts of it,
-    so that no test depends on what another test did to the shared one."""
-    workdir, mirror = subset_run
-    copy = tmp_path / "subset"
-    shutil.copytree(workdir, copy, symlinks=True, ignore=shutil.ignore_patterns("locks", "incomplete"))
-    return copy, mirror
 
 
 def records(workdir):
@@ -174,8 +155,8 @@ def test_rerunning_one_lane_reruns_only_that_lane_and_republishes(subset_copy):
     assert published_after["host"] == (workdir / WORK.record("host", 0)).read_bytes()
 
 
-def test_dry_run_with_everything_done_has_nothing_to_do(subset_run):
-    workdir, mirror = subset_run
+def test_dry_run_with_everything_done_has_nothing_to_do(subset_copy):
+    workdir, mirror = subset_copy
     process = run_snakemake(workdir, "-n", configfile=SUBSET, overrides=mirror)
     assert process.returncode == 0, output_of(process)
     assert "Nothing to be done" in output_of(process), output_of(process)
@@ -261,8 +242,8 @@ def test_a_killed_run_leaves_results_clean_and_resumes_as_the_readme_says(subset
     ).read_bytes()
 
 
-def test_summary_figures_and_report(subset_run):
-    workdir, mirror = subset_run
+def test_summary_figures_and_report(subset_copy):
+    workdir, mirror = subset_copy
     summary = (workdir / PUBLISHED.summary("md")).read_text()
     assert "| `host` | interpreter |" in summary and "Published anchors" in summary
     assert re.search(r"\d[\d,]* / 1,000 = \d+\.\d\d %", summary)
@@ -289,12 +270,12 @@ def test_summary_figures_and_report(subset_run):
         assert base64.b64encode((workdir / path).read_bytes()).decode() in report, path
 
 
-def test_predict_a_drawn_digit_with_a_trained_lane(subset_run, tmp_path, capsys):
+def test_predict_a_drawn_digit_with_a_trained_lane(subset_copy, tmp_path, capsys):
     from PIL import Image, ImageDraw
 
     from gradlanes.report.cli import main
 
-    workdir, _ = subset_run
+    workdir, _ = subset_copy
     (workdir / "config.yaml").write_text(SUBSET.read_text())
     drawing = Image.new("RGB", (120, 200), "white")
     ImageDraw.Draw(drawing).line([(60, 20), (60, 180)], fill="black", width=14)  # a "1"

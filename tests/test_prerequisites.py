@@ -33,6 +33,7 @@ def pytest_without_shared(tmp_path, ci: str | None) -> subprocess.CompletedProce
     return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_without_shared_a_laptop_skips_and_says_how_to_get_it(tmp_path):
     done = pytest_without_shared(tmp_path, ci=None)
     assert done.returncode == 0, done.stdout[-2000:]
@@ -40,6 +41,7 @@ def test_without_shared_a_laptop_skips_and_says_how_to_get_it(tmp_path):
     assert "GRADLANES_SHARED" in done.stdout
 
 
+@pytest.mark.slow
 def test_without_shared_ci_fails_loudly(tmp_path):
     done = pytest_without_shared(tmp_path, ci="true")
     assert done.returncode == 1, done.stdout[-2000:]

@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import examples
 
 from gradlanes.data.idx import IMAGES_MAGIC, LABELS_MAGIC, IdxFormatError, check_split, parse_idx
 from gradlanes.experiment.batching import batch_order, eval_blocks, first_batch
 
 DATA_SETTINGS = settings(
-    max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(60), deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
 )
 
 

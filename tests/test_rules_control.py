@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import examples
 from jax import lax
 from oracle import RULE_SETTINGS, SIGNED, arrays, check, check_widened, shapes, x64
 from test_rules_elementwise import leaf_budget
@@ -34,7 +35,7 @@ def exact_step(carry, x):
     return doubled, -carry
 
 
-@settings(parent=RULE_SETTINGS, max_examples=30)
+@settings(parent=RULE_SETTINGS, max_examples=examples(30))
 @given(
     data=st.data(),
     dtype=st.sampled_from(CARRY_DTYPES),
@@ -48,7 +49,7 @@ def test_scan_carries_and_stacks_like_xla(data, dtype, length, reverse):
     check(lambda c, xs: lax.scan(exact_step, c, xs, reverse=reverse), carry, xs, expect="scan")
 
 
-@settings(parent=RULE_SETTINGS, max_examples=10)
+@settings(parent=RULE_SETTINGS, max_examples=examples(10))
 @given(length=st.integers(0, 4), reverse=st.booleans())
 def test_scan_without_scanned_inputs_and_with_constants(length, reverse):
     offset = np.arange(3, dtype=np.int32)
@@ -78,7 +79,7 @@ def test_scan_that_emits_keys_stacks_them_as_keys(length, reverse):
     check(lambda k: lax.scan(body, np.float32(0), k, reverse=reverse), keys, expect="scan")
 
 
-@settings(parent=RULE_SETTINGS, max_examples=20)
+@settings(parent=RULE_SETTINGS, max_examples=examples(20))
 @given(data=st.data(), dtype=st.sampled_from(CARRY_DTYPES), limit=st.integers(-2, 8))
 def test_while_runs_until_its_condition_fails(data, dtype, limit):
     value = data.draw(arrays(dtype, shapes(max_dims=2, max_side=3), finite=True))
@@ -94,7 +95,7 @@ def test_fori_loop_with_dynamic_bounds_is_a_while():
         check(program, np.int32(n), np.arange(4, dtype=np.int32), expect="while")
 
 
-@settings(parent=RULE_SETTINGS, max_examples=30)
+@settings(parent=RULE_SETTINGS, max_examples=examples(30))
 @given(data=st.data(), index=st.integers(-3, 5), dtype=st.sampled_from(CARRY_DTYPES))
 def test_switch_picks_the_branch_xla_picks_clamping_the_index(data, index, dtype):
     value = data.draw(arrays(dtype, shapes(max_dims=2, max_side=3), finite=True))
@@ -126,7 +127,7 @@ def test_cond_bound_with_an_index_out_of_range_runs_the_last_branch_as_xla(index
 
 
 @given(pred=st.booleans())
-@settings(parent=RULE_SETTINGS, max_examples=4)
+@settings(parent=RULE_SETTINGS, max_examples=examples(4))
 def test_cond_on_a_boolean_with_several_operands(pred):
     program = lambda p, a, b: lax.cond(p, lambda a, b: (a + b, b), lambda a, b: (a - b, -b), a, b)  # noqa: E731
     check(program, np.bool_(pred), np.arange(3, dtype=np.int16), np.int16(5), expect="cond")

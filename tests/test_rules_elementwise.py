@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import examples
 from jax import lax
 from oracle import (
     ALL_DTYPES,
@@ -316,7 +317,7 @@ def shift_amounts(rng: np.random.Generator, dtype: np.dtype, shape: tuple[int, .
 SEEDS = st.integers(0, 2**32 - 1)
 #: Cases per primitive: each holds every accepted dtype in four shapes (31 values a dtype for a
 #: binary operation). No shrinking: a case is a seed, and a smaller seed is no simpler case.
-EXAMPLES = settings(parent=RULE_SETTINGS, max_examples=8, phases=[Phase.explicit, Phase.generate])
+EXAMPLES = settings(parent=RULE_SETTINGS, max_examples=examples(8), phases=[Phase.explicit, Phase.generate])
 #: Shapes of a case's operands: a zero-size and a 2x5 array, and for the specs whose rules treat
 #: scalars and broadcasts apart (`scalars`), a scalar and a 2x5 array with a scalar, as literals
 #: appear in jaxprs. Every rule also meets 0-d arrays and NumPy scalars, without XLA, in
@@ -507,7 +508,7 @@ def _widened_program(names: tuple[str, ...], arities: tuple[int, ...], counts: t
     return program
 
 
-@settings(parent=EXAMPLES, max_examples=4)
+@settings(parent=EXAMPLES, max_examples=examples(4))
 @given(seed=SEEDS)
 def test_float64_reference_matches_xla_in_float64(seed):
     """The float64 reference (Interpreter(widen=True)) of each float rule's float32 program equals
@@ -687,7 +688,7 @@ def _convert_program(targets: tuple, scalars: bool):
     return lambda x, s: [(lax.convert_element_type(x, t), lax.convert_element_type(s, t)) for t in targets]
 
 
-@settings(parent=EXAMPLES, max_examples=4)
+@settings(parent=EXAMPLES, max_examples=examples(4))
 @given(seed=SEEDS)
 def test_convert_element_type_between_every_pair_of_dtypes(seed):
     """float -> int truncates and saturates (NaN -> 0); int -> float rounds to nearest (int64,
@@ -789,7 +790,7 @@ SHAPE_CASES = {
 
 
 @pytest.mark.parametrize("name", sorted(SHAPE_CASES))
-@settings(parent=RULE_SETTINGS, max_examples=6)
+@settings(parent=RULE_SETTINGS, max_examples=examples(6))
 @given(data=st.data())
 def test_any_shape(name, data):
     fn, dtype = SHAPE_CASES[name]

@@ -22,6 +22,7 @@ import optax
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import examples
 from jax import lax
 from oracle import (
     ALL_DTYPES,
@@ -98,7 +99,7 @@ def indexed_shape(shape, axis: int, index_shape):
 
 
 # ---- gather through the public APIs ----------------------------------------------------------
-@settings(parent=RULE_SETTINGS, max_examples=25)
+@settings(parent=RULE_SETTINGS, max_examples=examples(25))
 @given(
     data=st.data(),
     dtype=st.sampled_from(ALL_DTYPES),
@@ -120,7 +121,7 @@ def test_getitem_and_at_get_gather_like_xla(data, dtype, index_dtype, mode):
             check_where_emitted(program, operand, index, expect="gather")
 
 
-@settings(parent=RULE_SETTINGS, max_examples=25)
+@settings(parent=RULE_SETTINGS, max_examples=examples(25))
 @given(
     data=st.data(),
     dtype=st.sampled_from(ALL_DTYPES),
@@ -148,7 +149,7 @@ def test_take_and_take_along_axis_gather_like_xla(data, dtype, index_dtype, mode
 
 
 # ---- scatter through the public APIs ---------------------------------------------------------
-@settings(parent=RULE_SETTINGS, max_examples=40)
+@settings(parent=RULE_SETTINGS, max_examples=examples(40))
 @given(
     data=st.data(),
     dtype=st.sampled_from(ALL_DTYPES),
@@ -172,7 +173,7 @@ def test_at_add_mul_min_max_combine_duplicates_in_update_order(data, dtype, inde
         check_where_emitted(program, operand, index, updates, expect=AT_OPS[op])
 
 
-@settings(parent=RULE_SETTINGS, max_examples=20)
+@settings(parent=RULE_SETTINGS, max_examples=examples(20))
 @given(
     data=st.data(),
     dtype=st.sampled_from(ALL_DTYPES),
@@ -333,7 +334,7 @@ def gathers(draw):
     return shape, (*batch_shape, len(start_index_map)), dnums, tuple(sizes)
 
 
-@settings(parent=RULE_SETTINGS, max_examples=50)
+@settings(parent=RULE_SETTINGS, max_examples=examples(50))
 @given(
     data=st.data(),
     case=gathers(),
@@ -403,7 +404,7 @@ def scatters(draw, distinct: bool):
 
 
 @pytest.mark.parametrize("primitive", sorted(SCATTERS))
-@settings(parent=RULE_SETTINGS, max_examples=15)
+@settings(parent=RULE_SETTINGS, max_examples=examples(15))
 @given(
     data=st.data(),
     case=scatters(distinct=False),
@@ -426,7 +427,7 @@ def test_lax_scatter_combiners_with_generated_dimension_numbers(
         check(lambda x, i, u: scatter(x, i, u, dnums, mode=mode), operand, indices, updates, expect=primitive)
 
 
-@settings(parent=RULE_SETTINGS, max_examples=25)
+@settings(parent=RULE_SETTINGS, max_examples=examples(25))
 @given(
     data=st.data(),
     case=scatters(distinct=True),
@@ -464,7 +465,7 @@ def test_overlapping_scatter_windows_add_in_index_row_order():
 
 
 # ---- dynamic slices ----------------------------------------------------------------------------
-@settings(parent=RULE_SETTINGS, max_examples=25)
+@settings(parent=RULE_SETTINGS, max_examples=examples(25))
 @given(
     data=st.data(),
     dtype=st.sampled_from(ALL_DTYPES),
@@ -483,7 +484,7 @@ def test_dynamic_slice_clamps_its_starts_like_xla(data, dtype, index_dtype, nega
         check(program, operand, *starts, expect="dynamic_slice")
 
 
-@settings(parent=RULE_SETTINGS, max_examples=25)
+@settings(parent=RULE_SETTINGS, max_examples=examples(25))
 @given(
     data=st.data(),
     dtype=st.sampled_from(ALL_DTYPES),
@@ -502,7 +503,7 @@ def test_dynamic_update_slice_clamps_its_starts_like_xla(data, dtype, index_dtyp
 
 
 # ---- vmap (batching dims) and gradients (scatter-add) -----------------------------------------
-@settings(parent=RULE_SETTINGS, max_examples=6)
+@settings(parent=RULE_SETTINGS, max_examples=examples(6))
 @given(data=st.data(), dtype=st.sampled_from(ALL_DTYPES), batch=st.integers(0, 3))
 def test_vmapped_indexing_uses_batching_dims_like_xla(data, dtype, batch):
     shape = data.draw(shapes(min_dims=1, max_dims=2, min_side=1))
@@ -526,7 +527,7 @@ def test_vmapped_indexing_uses_batching_dims_like_xla(data, dtype, batch):
             check_where_emitted(adder, operand, starts, picked, expect="scatter-add")
 
 
-@settings(parent=RULE_SETTINGS, max_examples=10)
+@settings(parent=RULE_SETTINGS, max_examples=examples(10))
 @given(data=st.data(), dtype=st.sampled_from(FLOATS), mode=st.sampled_from(API_MODES))
 def test_gradients_of_gathers_scatter_add_like_xla(data, dtype, mode):
     shape = data.draw(shapes(min_dims=1, max_dims=2, min_side=1))
@@ -555,7 +556,7 @@ def test_gradient_of_a_dynamic_slice_is_a_dynamic_update_slice():
         check(program, x, np.int32(start), expect="dynamic_update_slice")
 
 
-@settings(parent=RULE_SETTINGS, max_examples=4)
+@settings(parent=RULE_SETTINGS, max_examples=examples(4))
 @given(index=st.integers(-6, 6), mode=st.sampled_from(API_MODES))
 def test_prng_key_arrays_are_indexed_as_whole_keys(index, mode):
     """Typed keys (key<fry>) gather, scatter and slice as their raw words, as JAX lowers them."""
@@ -575,7 +576,7 @@ def test_prng_key_arrays_are_indexed_as_whole_keys(index, mode):
 
 
 # ---- optax's integer-label cross-entropy (gather forward, scatter-add backward) ----------------
-@settings(parent=RULE_SETTINGS, max_examples=10)
+@settings(parent=RULE_SETTINGS, max_examples=examples(10))
 @given(data=st.data(), batch=st.integers(0, 9), classes=st.integers(1, 12))
 def test_integer_label_cross_entropy_gather_and_scatter_are_exact(data, batch, classes):
     """optax's gather of the label logit and its transpose, on their own: bit for bit.
@@ -612,7 +613,7 @@ def _all_eqns(jaxpr):
 EPS32, U32 = 2.0**-23, 2.0**-24
 
 
-@settings(parent=RULE_SETTINGS, max_examples=5)
+@settings(parent=RULE_SETTINGS, max_examples=examples(5))
 @given(data=st.data(), batch=st.integers(1, 16), classes=st.integers(2, 12))
 def test_integer_label_cross_entropy_and_its_gradient_match_xla(data, batch, classes):
     """The whole loss and gradient, float32 logits [B, C] and int32 labels [B], against XLA.

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import examples
 from jax import lax
 from oracle import ALL_DTYPES, CASES_RUN, FLOATS, RULE_SETTINGS, arrays, x64
 from test_rules_shapes import (
@@ -34,7 +35,7 @@ COVERED = {"dot_general"}
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 SETTINGS = settings(
     parent=RULE_SETTINGS,
-    max_examples=40,
+    max_examples=examples(40),
     suppress_health_check=[*RULE_SETTINGS.suppress_health_check, HealthCheck.filter_too_much],
 )
 

@@ -23,6 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from hypothesis_profiles import examples
 from oracle import RULE_SETTINGS, check, shapes, x64
 from special_budgets import check_special, normal_sample_budget
 
@@ -92,7 +93,7 @@ batches = shapes(max_dims=2, max_side=3)
 # ---- the PRNG primitives, generated ------------------------------------------------------------
 # One XLA compile costs about 0.2 s here, the interpreter's run next to nothing: a case checks one
 # program drawing several shapes at once, so each compile covers more.
-@settings(parent=RULE_SETTINGS, max_examples=12)
+@settings(parent=RULE_SETTINGS, max_examples=examples(12))
 @given(
     data=st.data(),
     batch=batches,
@@ -113,7 +114,7 @@ def test_random_bits_match_xla(data, batch, draw_shapes, wide, partitionable, ty
         check(per_key(draw, len(batch)), as_input(words, typed), expect="random_bits")
 
 
-@settings(parent=RULE_SETTINGS, max_examples=12)
+@settings(parent=RULE_SETTINGS, max_examples=examples(12))
 @given(
     data=st.data(),
     batch=batches,
@@ -128,7 +129,7 @@ def test_random_split_matches_xla(data, batch, split_shapes, partitionable, type
         check(split, as_input(words, typed), expect="random_split")
 
 
-@settings(parent=RULE_SETTINGS, max_examples=10)
+@settings(parent=RULE_SETTINGS, max_examples=examples(10))
 @given(
     data=st.data(),
     batch=shapes(min_dims=1, max_dims=2, max_side=3),
@@ -170,7 +171,7 @@ def test_random_fold_in_broadcasts_keys_and_messages_like_xla(
         )
 
 
-@settings(parent=RULE_SETTINGS, max_examples=14)
+@settings(parent=RULE_SETTINGS, max_examples=examples(14))
 @given(data=st.data(), shape=shapes(max_dims=2, max_side=3), wide=st.booleans(), raw=st.booleans())
 def test_random_seed_matches_xla_for_every_integer_seed(data, shape, wide, raw):
     """jax.random.key / PRNGKey of seeds of every integer dtype, negative and 64-bit ones included."""
@@ -181,7 +182,7 @@ def test_random_seed_matches_xla_for_every_integer_seed(data, shape, wide, raw):
         check(lambda *s: [make(x) for x in s], *seeds, expect="random_seed")
 
 
-@settings(parent=RULE_SETTINGS, max_examples=6)
+@settings(parent=RULE_SETTINGS, max_examples=examples(6))
 @given(data=st.data(), shape=shapes(max_dims=3, max_side=3))
 def test_random_seed_of_a_seed_array_at_once(data, shape):
     """The primitive on a whole array of seeds (no vmap), as jax.extend.random.random_seed binds it."""
@@ -189,7 +190,7 @@ def test_random_seed_of_a_seed_array_at_once(data, shape):
     check(lambda s: random_seed(s, impl=threefry_prng_impl), seeds, expect="random_seed")
 
 
-@settings(parent=RULE_SETTINGS, max_examples=10)
+@settings(parent=RULE_SETTINGS, max_examples=examples(10))
 @given(data=st.data(), batch=batches)
 def test_wrap_and_unwrap_move_words_unchanged(data, batch):
     words = data.draw(key_words(batch))
@@ -198,7 +199,7 @@ def test_wrap_and_unwrap_move_words_unchanged(data, batch):
     check(jax.random.key_data, wrap(words), expect="random_unwrap")
 
 
-@settings(parent=RULE_SETTINGS, max_examples=6)
+@settings(parent=RULE_SETTINGS, max_examples=examples(6))
 @given(data=st.data(), batch=batches, partitionable=layouts)
 def test_random_clone_keys_draw_the_same_bits(data, batch, partitionable):
     words = data.draw(key_words(batch))
@@ -227,7 +228,7 @@ def threefry_shapes(draw):
     return keys, counters(), counters()
 
 
-@settings(parent=RULE_SETTINGS, max_examples=12)
+@settings(parent=RULE_SETTINGS, max_examples=examples(12))
 @given(data=st.data(), operand_shapes=threefry_shapes())
 def test_threefry2x32_broadcasts_its_operands_like_xla(data, operand_shapes):
     keys, count1, count2 = operand_shapes
@@ -235,7 +236,7 @@ def test_threefry2x32_broadcasts_its_operands_like_xla(data, operand_shapes):
     check(lambda *w: threefry2x32_p.bind(*w), *words, expect="threefry2x32")
 
 
-@settings(parent=RULE_SETTINGS, max_examples=5)
+@settings(parent=RULE_SETTINGS, max_examples=examples(5))
 @given(
     data=st.data(), draw_shapes=st.lists(shapes(min_dims=1, max_dims=3, max_side=5), min_size=1, max_size=2)
 )

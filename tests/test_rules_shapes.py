@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import examples
 from jax import lax
 from oracle import ALL_DTYPES, CASES_RUN, FLOATS, INTEGERS, RULE_SETTINGS, arrays, primitives, shapes, x64
 
@@ -61,7 +62,7 @@ COVERED = {
 BF16 = np.dtype(ml_dtypes.bfloat16)
 NUMBERS = INTEGERS + FLOATS  # what sums, products and scans accept (not bool)
 BITWISE = (np.dtype(np.bool_),) + INTEGERS
-CASES = settings(parent=RULE_SETTINGS, max_examples=25)
+CASES = settings(parent=RULE_SETTINGS, max_examples=examples(25))
 
 
 def is_float(dtype) -> bool:
@@ -220,7 +221,7 @@ def axes_of(data, ndim: int) -> tuple[int, ...]:
 # ---- data movement ----------------------------------------------------------------------------
 
 
-@settings(parent=RULE_SETTINGS, max_examples=30)
+@settings(parent=RULE_SETTINGS, max_examples=examples(30))
 @given(st.data())
 def test_data_movement(data):
     """broadcast_in_dim, reshape, squeeze, transpose, slice, rev, pad, concatenate, split, stack, barrier."""
@@ -313,7 +314,7 @@ def test_rev_of_no_dimensions_is_the_operand():
     np.testing.assert_array_equal(got, x, strict=True)
 
 
-@settings(parent=RULE_SETTINGS, max_examples=15)
+@settings(parent=RULE_SETTINGS, max_examples=examples(15))
 @given(st.data())
 def test_iota(data):
     cases = []
@@ -333,7 +334,7 @@ def test_iota_wraps_integers_and_rounds_floats():
 # ---- reductions -------------------------------------------------------------------------------
 
 
-@settings(parent=RULE_SETTINGS, max_examples=30)
+@settings(parent=RULE_SETTINGS, max_examples=examples(30))
 @given(st.data())
 def test_comparison_and_bitwise_reductions(data):
     """reduce_max/min, argmax/argmin and (bool, integers) reduce_and/or/xor."""
@@ -362,7 +363,7 @@ def test_comparison_and_bitwise_reductions(data):
             )
 
 
-@settings(parent=RULE_SETTINGS, max_examples=30)
+@settings(parent=RULE_SETTINGS, max_examples=examples(30))
 @given(st.data())
 def test_reduce_sum_and_prod(data):
     dtype = data.draw(st.sampled_from(NUMBERS))
@@ -507,7 +508,7 @@ def _canonical_keys(x: np.ndarray) -> np.ndarray:
     return np.where(np.abs(wide) < FLUSHED_TINY.get(x.dtype, 2.0**-1074), 0.0, wide)
 
 
-@settings(parent=RULE_SETTINGS, max_examples=30)
+@settings(parent=RULE_SETTINGS, max_examples=examples(30))
 @given(st.data())
 def test_sort(data):
     shape = data.draw(shapes(min_dims=1))
@@ -586,7 +587,7 @@ def test_top_k_orders_by_bits_nans_by_payload():
 SCANS = {"cumsum": lax.cumsum, "cumprod": lax.cumprod, "cummax": lax.cummax, "cummin": lax.cummin}
 
 
-@settings(parent=RULE_SETTINGS, max_examples=25)
+@settings(parent=RULE_SETTINGS, max_examples=examples(25))
 @given(st.data())
 def test_scans_are_bit_exact(data):
     """XLA's tree of blocks of 16, reproduced, rounds as XLA does: bits equal, floats included."""
@@ -600,7 +601,7 @@ def test_scans_are_bit_exact(data):
         )
 
 
-@settings(parent=RULE_SETTINGS, max_examples=4)
+@settings(parent=RULE_SETTINGS, max_examples=examples(4))
 @given(st.data())
 def test_long_scans_follow_xlas_tree(data):
     """Past one block (16) and past a block of blocks (256) the rewriter's two levels take over."""
@@ -697,7 +698,7 @@ def logsumexp_budget(want: np.ndarray, x: np.ndarray, axis: int) -> np.ndarray:
     return 2 * length * (4 + 2 + 0.5 + 0.5) * ulp(np.broadcast_to(reach, want.shape).astype(want.dtype))
 
 
-@settings(parent=RULE_SETTINGS, max_examples=20)
+@settings(parent=RULE_SETTINGS, max_examples=examples(20))
 @given(st.data())
 def test_cumlogsumexp(data):
     dtype = data.draw(st.sampled_from(FLOATS))

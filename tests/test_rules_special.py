@@ -15,6 +15,7 @@ import pytest
 import scipy.special as sc
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import examples
 from jax import lax
 from oracle import FLOATS, RULE_SETTINGS, arrays, shapes
 from special_budgets import (
@@ -57,21 +58,21 @@ def operands(name: str, dtype: np.dtype, in_domain: bool):
 
 
 @pytest.mark.parametrize("name", sorted(set(SPECIAL) - BOUNDED))
-@settings(parent=RULE_SETTINGS, max_examples=16)
+@settings(parent=RULE_SETTINGS, max_examples=examples(16))
 @given(data=st.data(), dtype=st.sampled_from(FLOATS), in_domain=st.booleans())
 def test_special_function_matches_xla(name, data, dtype, in_domain):
     check_rule(name, *data.draw(operands(name, dtype, in_domain)))
 
 
 @pytest.mark.parametrize("name", sorted(BOUNDED))
-@settings(parent=RULE_SETTINGS, max_examples=10)  # seconds of XLA compile per new shape and dtype
+@settings(parent=RULE_SETTINGS, max_examples=examples(10))  # seconds of XLA compile per new shape and dtype
 @given(data=st.data(), dtype=st.sampled_from(FLOATS), in_domain=st.booleans())
 def test_looping_special_function_matches_xla(name, data, dtype, in_domain):
     check_rule(name, *data.draw(operands(name, dtype, in_domain)))
 
 
 @pytest.mark.parametrize("name", sorted(SPECIAL))
-@settings(parent=RULE_SETTINGS, max_examples=4)
+@settings(parent=RULE_SETTINGS, max_examples=examples(4))
 @given(data=st.data(), in_domain=st.booleans())
 def test_special_function_float64_reference(name, data, in_domain):
     check_rule(name, *data.draw(operands(name, F32, in_domain)), widened=True)
@@ -166,14 +167,14 @@ def gelu_grad_budget(args, want, w):
     return erfc_part + (2 * 9 + 3 + 1) * ulp(w, np.maximum(terms, np.abs(want)))
 
 
-@settings(parent=RULE_SETTINGS, max_examples=8)
+@settings(parent=RULE_SETTINGS, max_examples=examples(8))
 @given(x=arrays(F32, shapes(), elements=unit(F32, -12.0, 12.0)))
 def test_exact_gelu_gradient(x):
     gradient = jax.grad(lambda v: jnp.sum(jax.nn.gelu(v, approximate=False)))
     check_special(gradient, [x], gelu_grad_budget, "erfc")
 
 
-@settings(parent=RULE_SETTINGS, max_examples=4)
+@settings(parent=RULE_SETTINGS, max_examples=examples(4))
 @given(seed=st.integers(0, 2**32 - 1), shape=st.sampled_from([(), (0,), (3, 50)]))
 def test_random_normal_draws_through_erf_inv(seed, shape):
     key = jax.random.key(seed)
@@ -184,7 +185,7 @@ def test_random_normal_draws_through_erf_inv(seed, shape):
         check_special(sampler, [key], normal_sample_budget, "erf_inv")
 
 
-@settings(parent=RULE_SETTINGS, max_examples=12)
+@settings(parent=RULE_SETTINGS, max_examples=examples(12))
 @given(u=arrays(F32, shapes(), elements=st.floats(-1, 1, width=32, exclude_min=True, exclude_max=True)))
 def test_normal_style_erf_inv_of_uniform(u):
     def budget(args, sample, w):

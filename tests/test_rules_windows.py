@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import examples
 from jax import lax
 from oracle import CASES_RUN, FLOATS, INTEGERS, RULE_SETTINGS, _ulp, arrays, check, check_widened, x64, xla
 
@@ -152,7 +153,7 @@ MONOIDS = {
 }
 
 
-@settings(RULE_SETTINGS, max_examples=90)
+@settings(RULE_SETTINGS, max_examples=examples(90))
 @given(
     name=st.sampled_from(sorted(MONOIDS)),
     dtype=st.sampled_from((np.dtype(np.bool_),) + NUMBERS),
@@ -182,7 +183,7 @@ BODIES = {
 }
 
 
-@settings(RULE_SETTINGS, max_examples=40)
+@settings(RULE_SETTINGS, max_examples=examples(40))
 @given(
     op=st.sampled_from(sorted(BODIES)),
     dtype=st.sampled_from((np.dtype(np.bool_),) + NUMBERS),
@@ -439,7 +440,7 @@ def pool_values(dtype, shape):
     return arrays(np.float64, shape, elements=st.sampled_from(specials)).map(lambda a: a.astype(dtype))
 
 
-@settings(RULE_SETTINGS, max_examples=30)
+@settings(RULE_SETTINGS, max_examples=examples(30))
 @given(
     dtype=st.sampled_from(FLOATS),
     chooser=st.sampled_from(["max", "min"]),
@@ -472,7 +473,7 @@ def scatter_primitive():
     return next(e.primitive for e in program.eqns if e.primitive.name == "select_and_scatter_add")
 
 
-@settings(RULE_SETTINGS, max_examples=30)
+@settings(RULE_SETTINGS, max_examples=examples(30))
 @given(
     dtype=st.sampled_from((np.dtype(np.bool_),) + INTEGERS),
     chooser=st.sampled_from([lax.ge_p, lax.le_p]),
@@ -563,7 +564,7 @@ def test_pooling_gradient_follows_a_nan_chain_past_a_narrow_dtypes_integers():
     assert np.flatnonzero(np.asarray(gradient(x), np.float32)).tolist() == [259]
 
 
-@settings(RULE_SETTINGS, max_examples=30)
+@settings(RULE_SETTINGS, max_examples=examples(30))
 @given(
     dtype=st.sampled_from(FLOATS),
     chooser=st.sampled_from(["max", "min"]),
@@ -581,7 +582,7 @@ def test_pooling_jvp_gathers_xlas_choice(dtype, chooser, geometry, data):
         check_exact(lambda x, t: jax.jvp(fn, (x,), (t,)), x, tangent, expect="select_and_gather_add")
 
 
-@settings(RULE_SETTINGS, max_examples=15)
+@settings(RULE_SETTINGS, max_examples=examples(15))
 @given(
     body=st.sampled_from(["max", "min", "add"]),
     geometry=window_geometry(min_rank=1, dilations=False, negative_padding=False),
@@ -681,7 +682,7 @@ def preferred_for(dtype: np.dtype):
     return st.sampled_from([None, *same_kind, *floats])
 
 
-@settings(RULE_SETTINGS, max_examples=60)
+@settings(RULE_SETTINGS, max_examples=examples(60))
 @given(
     geometry=conv_geometry(),
     dtype=st.sampled_from((np.dtype(np.bool_),) + NUMBERS),
@@ -733,7 +734,7 @@ def within_sum_bound(fn, args, terms: int, expect: str) -> None:
     CASES_RUN[expect] += 1
 
 
-@settings(RULE_SETTINGS, max_examples=30)
+@settings(RULE_SETTINGS, max_examples=examples(30))
 @given(geometry=conv_geometry(), dtype=st.sampled_from(FLOATS[:3]), data=st.data())
 def test_conv_of_random_floats_within_the_sum_bound(geometry, dtype, data):
     lhs_shape, rhs_shape, params = geometry
@@ -747,7 +748,7 @@ def test_conv_of_random_floats_within_the_sum_bound(geometry, dtype, data):
     within_sum_bound(fn, (lhs, rhs), contraction(rhs_shape, params), "conv_general_dilated")
 
 
-@settings(RULE_SETTINGS, max_examples=30)
+@settings(RULE_SETTINGS, max_examples=examples(30))
 @given(geometry=conv_geometry(gradients=True), data=st.data())
 def test_conv_gradients_bit_for_bit(geometry, data):
     """jax.grad of a convolution: the transposed convolutions (lhs dilation by the strides,
@@ -767,7 +768,7 @@ def test_conv_gradients_bit_for_bit(geometry, data):
     check_exact(gradients, lhs, rhs, cotangent, expect="conv_general_dilated")
 
 
-@settings(RULE_SETTINGS, max_examples=60)
+@settings(RULE_SETTINGS, max_examples=examples(60))
 @given(geometry=conv_geometry(gradients=True), lhs_dilation=st.integers(1, 3), data=st.data())
 def test_the_two_convolution_algorithms_agree_bit_for_bit(geometry, lhs_dilation, data):
     """The gathered (im2col) and scattered (col2im) forms are the same sum, whichever the cost
@@ -794,7 +795,7 @@ def test_the_two_convolution_algorithms_agree_bit_for_bit(geometry, lhs_dilation
     assert np.array_equal(gathered, scattered)
 
 
-@settings(RULE_SETTINGS, max_examples=10)
+@settings(RULE_SETTINGS, max_examples=examples(10))
 @given(geometry=conv_geometry(), data=st.data())
 def test_conv_float64_reference(geometry, data):
     """Under widen, float32 operands arrive as float64, and so does a float preferred_element_type
@@ -953,7 +954,7 @@ def test_the_oracle_gives_zero_where_only_padding_is_seen():
     np.testing.assert_array_equal(got, ints.astype(np.float32))
 
 
-@settings(RULE_SETTINGS, max_examples=40)
+@settings(RULE_SETTINGS, max_examples=examples(40))
 @given(geometry=conv_geometry(), data=st.data())
 def test_the_cropped_convolution_is_the_same_function(geometry, data):
     """In int32 (XLA's elemental emitter, which pads correctly) the oracle's cropped program
