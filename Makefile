@@ -22,7 +22,8 @@ endif
 endif
 GPU_STAMP := $(if $(GPU),$(VENV)/.gpu-$(GPU)-stamp)
 
-.PHONY: install run test test-deep check test-numerics calibrate test-cluster mutation lint clean-venv
+.PHONY: install run test test-deep check test-numerics test-numerics-ci calibrate test-cluster mutation \
+	lint clean-venv
 
 # The tests run on one pytest-xdist worker per core this process may use (nproc: its CPU affinity),
 # at most 8: beyond that the suite's longest tests, not its workers, set the time.
@@ -71,6 +72,10 @@ check: lint
 # count this CPU can run; writes results/checks/numerics.md. Cells the CPU cannot run are skipped.
 test-numerics: install
 	$(BIN)/python tests/numerics/matrix.py
+
+# CI's share of the matrix: a covering set of its NumPy and XLA results on this CPU (tests/numerics/cover.py).
+test-numerics-ci: install
+	$(BIN)/python tests/numerics/matrix.py --cover
 
 # Re-measure the calibrated agreement bounds (long: every lane on 5 held-out seeds under 3 cells,
 # for config.yaml and for the CI subset); writes results/checks/calibration*.{json,md}.

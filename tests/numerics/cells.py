@@ -58,9 +58,13 @@ class Cell:
             env[variable] = str(self.threads)
         return env
 
-    def command(self, argv: list[str]) -> list[str]:
-        """`argv` pinned to `threads` cores: affinity binds XLA's pool too, which ignores flags."""
-        cores = sorted(os.sched_getaffinity(0))[: self.threads]
+    def command(self, argv: list[str], cores: tuple[int, ...] | None = None) -> list[str]:
+        """`argv` pinned to `threads` cores (`cores`, or the first this process may use): affinity
+        binds XLA's pool too, which ignores flags."""
+        if cores is None:
+            cores = tuple(sorted(os.sched_getaffinity(0))[: self.threads])
+        if len(cores) != self.threads:
+            raise ValueError(f"cell {self.name} runs on {self.threads} core(s), given {cores}")
         return ["taskset", "-c", ",".join(map(str, cores)), *argv]
 
 

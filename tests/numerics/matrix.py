@@ -4,21 +4,34 @@ For each cell of `cells.all_cells()` this CPU can run (OpenBLAS core type x XLA 
 in a fresh work folder: fingerprint the float32 product each library computes (so the report shows
 how many different kernels were really exercised), run the tests marked `numerics`, and run the
 CI-subset DAG through its agreement rule. Then write `results/checks/numerics.md` (and `.json`):
-per cell, per check, the largest measured value as a fraction of its bound. Exits non-zero if any
-cell failed; cells the CPU cannot run are listed with the reason.
+per cell, per check, the largest measured value as a fraction of its bound, and the SHA-256 of
+every file the matrix measures (`sources.py`), so that a test can tell when it is out of date.
+Exits non-zero if any cell failed; cells the CPU cannot run are listed with the reason.
+
+Cells run side by side where their cores allow: each is pinned to cores of its own (two one-thread
+cells on a two-core machine at once), so none shares a core with another while it computes.
+
+`--cover` (`make test-numerics-ci`, CI): fingerprint every cell this CPU can run, then run only a
+covering set (`cover.py`): every NumPy and XLA result computed here at least once, and every cell
+whose result the committed record does not hold. Writes `.numerics/cover.md`; the record stays.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from cells import Cell, all_cells, cpu_flags, split_runnable
+from cover import covering_cells
+from sources import NUMERICS_TEST_FILES, combined_digest, source_digests
 
 from gradlanes.layout import work
 
@@ -40,12 +53,12 @@ print(n, x)
 """
 
 
-def run(cell: Cell, argv: list[str], cwd: Path, log: Path, timeout: float = 900) -> int:
+def run(cell: Cell, cores: tuple[int, ...], argv: list[str], cwd: Path, log: Path, timeout: float = 900):
     with open(log, "a") as handle:
         handle.write(f"$ {' '.join(argv)}\n")
         handle.flush()
         process = subprocess.run(
-            cell.command(argv),
+            cell.command(argv, cores),
             cwd=cwd,
             env=cell.env(),
             stdout=handle,
@@ -53,6 +66,55 @@ def run(cell: Cell, argv: list[str], cwd: Path, log: Path, timeout: float = 900)
             timeout=timeout,
         )
     return process.returncode
+
+
+def fingerprint(cell: Cell, cores: tuple[int, ...]) -> tuple[str | None, str | None]:
+    """The cell's NumPy and XLA results (`FINGERPRINT`), None where the probe failed."""
+    argv = cell.command([str(PYTHON), "-c", FINGERPRINT], cores)
+    printed = subprocess.run(argv, env=cell.env(), capture_output=True, text=True).stdout.split()
+    return (printed[0] if printed else None, printed[1] if len(printed) > 1 else None)
+
+
+def on_free_cores(cells: list[Cell], work: Callable[[Cell, tuple[int, ...]], object]) -> dict[Cell, object]:
+    """`work(cell, cores)` for every cell, as many at once as this process's cores hold.
+
+    Each cell gets `threads` cores no other running cell has; the cells start in the given order
+    (a cell that does not fit yet waits, and so do the cells after it, so the order is kept).
+    """
+    free = sorted(os.sched_getaffinity(0))
+    lock = threading.Condition()
+    results: dict[Cell, object] = {}
+    errors: list[BaseException] = []
+
+    def run_one(cell: Cell, cores: tuple[int, ...]) -> None:
+        try:
+            results[cell] = work(cell, cores)
+        except BaseException as error:  # re-raised in the caller
+            errors.append(error)
+        finally:
+            with lock:
+                free.extend(cores)
+                free.sort()
+                lock.notify_all()
+
+    workers = []
+    for cell in cells:
+        with lock:
+            if cell.threads > len(os.sched_getaffinity(0)):
+                raise ValueError(f"cell {cell.name} needs {cell.threads} cores; this process has fewer")
+            lock.wait_for(lambda cell=cell: len(free) >= cell.threads or errors)
+            if errors:
+                break
+            cores = tuple(free[: cell.threads])
+            del free[: cell.threads]
+        worker = threading.Thread(target=run_one, args=(cell, cores))
+        worker.start()
+        workers.append(worker)
+    for worker in workers:
+        worker.join()
+    if errors:
+        raise errors[0]
+    return results
 
 
 def agreement_report(workdir: Path, experiment: str = "mnist") -> dict | None:
@@ -120,24 +182,26 @@ def prepare_data(workdir: Path, mirror: str, log: Path) -> Path:
     return base / "resources" / "mnist"
 
 
-def run_cell(cell: Cell, workdir: Path, data: Path) -> dict:
+def run_cell(
+    cell: Cell, cores: tuple[int, ...], workdir: Path, data: Path, results: tuple[str | None, str | None]
+) -> dict:
     folder = workdir / cell.name
     shutil.rmtree(folder, ignore_errors=True)
     (folder / "resources").mkdir(parents=True)
     (folder / "resources" / "mnist").symlink_to(data.resolve())
     log = folder / "matrix.log"
     started = time.time()
-    fingerprint = subprocess.run(
-        cell.command([str(PYTHON), "-c", FINGERPRINT]), env=cell.env(), capture_output=True, text=True
-    ).stdout.split()
+    test_files = [str(REPO / name) for name in NUMERICS_TEST_FILES]
     tests = run(
         cell,
-        [str(PYTHON), "-m", "pytest", "-m", "numerics", "-q", "-p", "no:cacheprovider", str(REPO / "tests")],
+        cores,
+        [str(PYTHON), "-m", "pytest", "-m", "numerics", "-q", "-p", "no:cacheprovider", *test_files],
         REPO,
         log,
     )
     dag = run(
         cell,
+        cores,
         [
             str(SNAKEMAKE),
             "-s",
@@ -161,8 +225,8 @@ def run_cell(cell: Cell, workdir: Path, data: Path) -> dict:
         "coretype": cell.coretype,
         "xla_isa": cell.isa or "default",
         "threads": cell.threads,
-        "numpy_product": fingerprint[0] if fingerprint else None,
-        "xla_product": fingerprint[1] if len(fingerprint) > 1 else None,
+        "numpy_product": results[0],
+        "xla_product": results[1],
         "tests_rc": tests,
         "dag_rc": dag,
         "passed": tests == 0 and dag == 0 and bool(report and report["passed"]),
@@ -171,6 +235,23 @@ def run_cell(cell: Cell, workdir: Path, data: Path) -> dict:
         "seconds": round(time.time() - started, 1),
         "log": str(log),
     }
+
+
+def run_cells(cells: list[Cell], workdir: Path, data: Path, results: dict[Cell, tuple]) -> list[dict]:
+    """Run each cell on cores of its own, printing each as it ends; results in the cells' order."""
+
+    def work(cell: Cell, cores: tuple[int, ...]) -> dict:
+        result = run_cell(cell, cores, workdir, data, results[cell])
+        worst = max((w["fraction_of_bound"] for w in result["worst"].values()), default=float("nan"))
+        print(
+            f"{cell.name:28s} {'pass' if result['passed'] else 'FAIL'}  worst {worst:.3f} of a bound  "
+            f"({result['seconds']:.0f} s on core(s) {','.join(map(str, cores))}; log {result['log']})",
+            flush=True,
+        )
+        return result
+
+    done = on_free_cores(cells, work)
+    return [done[cell] for cell in cells]
 
 
 KIND_ORDER = (
@@ -259,6 +340,36 @@ def without_default_isa_twins(runnable: list[Cell], skipped: dict[Cell, str]):
     return [c for c in runnable if c not in twins], {**skipped, **dict.fromkeys(twins, reason)}
 
 
+def committed_results(record_path: Path) -> dict[str, tuple[str | None, str | None]]:
+    """Each cell's NumPy and XLA results in the committed record (empty when there is none)."""
+    if not record_path.is_file():
+        return {}
+    cells = json.loads(record_path.read_text())["cells"]
+    return {c["cell"]: (c["numpy_product"], c["xla_product"]) for c in cells}
+
+
+def cover_markdown(results: list[dict], reasons: dict[str, str], out_of_reach: list[str], note: str) -> str:
+    lines = [
+        "# Numerics matrix, covering set",
+        "",
+        "Written by `make test-numerics-ci` (`tests/numerics/matrix.py --cover`): the cells below compute "
+        "every NumPy and XLA result that any cell computes on this CPU, and every result the committed "
+        "record (`results/checks/numerics.json`) does not hold. The full matrix is `make test-numerics`.",
+        "",
+        f"Machine: {note}.",
+        "",
+        *(f"- `{cell}`: {why}" for cell, why in reasons.items()),
+        "",
+    ]
+    if out_of_reach:
+        lines += [f"Recorded results no cell computes on this CPU: {', '.join(out_of_reach)}.", ""]
+    table = markdown(results, {}, note).split("\n\n")
+    lines += [block for block in table if block.startswith("| ")]
+    verdict = all(r["passed"] for r in results)
+    lines += ["", f"**{'Every cell passed' if verdict else 'Some cells FAILED'}** ({len(results)} run)."]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", default=str(REPO / ".numerics"), help="scratch folder (ignored by git)")
@@ -272,36 +383,54 @@ def main() -> int:
         action="store_true",
         help="with --cells: rerun those cells and replace them in the existing report, keeping the rest",
     )
+    parser.add_argument(
+        "--cover",
+        action="store_true",
+        help="run a covering set of the committed record's results (CI); writes WORKDIR/cover.md only",
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "src"))
     from gradlanes.atomic import write_json, write_text
     from gradlanes.environment import cpu_model
 
+    record_path = Path(args.out).with_suffix(".json")
     cells = all_cells()
     if args.cells:
         wanted = set(args.cells.split(","))
         cells = [c for c in cells if c.name in wanted]
     runnable, skipped = split_runnable(cells)
-    if not args.cells:
+    if not args.cells and not args.cover:
         runnable, skipped = without_default_isa_twins(runnable, skipped)
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    data = prepare_data(workdir, args.mirror, workdir / "prepare.log")
-    results = []
-    for cell in runnable:
-        result = run_cell(cell, workdir, data)
-        worst = max((w["fraction_of_bound"] for w in result["worst"].values()), default=float("nan"))
-        print(
-            f"{cell.name:28s} {'pass' if result['passed'] else 'FAIL'}  worst {worst:.3f} of a bound  "
-            f"({result['seconds']:.0f} s; log {result['log']})",
-            flush=True,
+    note = f"{cpu_model()}, {len(os.sched_getaffinity(0))} cores"
+    fingerprints = on_free_cores(runnable, fingerprint)
+    if args.cover:
+        cover = covering_cells(
+            committed_results(record_path),
+            {cell.name: fingerprints[cell] for cell in runnable},
+            {cell.name: cell.threads for cell in runnable},
         )
-        results.append(result)
+        for name, why in cover.reasons.items():
+            print(f"{name:28s} chosen: {why}")
+        for result in cover.out_of_reach:
+            print(f"{result} is recorded but no cell computes it on this CPU")
+        runnable = [cell for name in cover.cells for cell in runnable if cell.name == name]
+    data = prepare_data(workdir, args.mirror, workdir / "prepare.log")
+    results = run_cells(runnable, workdir, data, fingerprints)
+    passed = sum(r["passed"] for r in results)
+    if args.cover:
+        write_text(workdir / "cover.md", cover_markdown(results, cover.reasons, cover.out_of_reach, note))
+        failed = len(results) - passed
+        print(f"numerics (covering set): {passed} passed, {failed} failed; report {workdir / 'cover.md'}")
+        return 0 if passed == len(results) else 1
     for cell, why in skipped.items():
         print(f"{cell.name:28s} skipped: {why}")
-    note = f"{cpu_model()}, {len(__import__('os').sched_getaffinity(0))} cores"
-    if args.merge and Path(args.out).with_suffix(".json").is_file():
-        previous = json.loads(Path(args.out).with_suffix(".json").read_text())
+    digests = source_digests()
+    for result in results:
+        result["sources_sha256"] = combined_digest(digests)
+    if args.merge and record_path.is_file():
+        previous = json.loads(record_path.read_text())
         rerun = {r["cell"]: r for r in results}
         order = [c.name for c in all_cells()]
         kept = [r for r in previous["cells"] if r["cell"] not in rerun]
@@ -309,16 +438,16 @@ def main() -> int:
         skipped = {c: why for c in all_cells() for name, why in previous["skipped"].items() if c.name == name}
     write_text(args.out, markdown(results, skipped, note))
     write_json(
-        Path(args.out).with_suffix(".json"),
+        record_path,
         {
             "cells": results,
             "skipped": {c.name: why for c, why in skipped.items()},
             "machine": note,
+            "sources": digests,
         },
     )
-    passed = sum(r["passed"] for r in results)
     print(f"numerics: {passed} passed, {len(results) - passed} failed, {len(skipped)} skipped")
-    return 0 if passed == len(results) else 1
+    return 0 if all(r["passed"] for r in results) else 1
 
 
 if __name__ == "__main__":
