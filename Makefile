@@ -22,8 +22,8 @@ endif
 endif
 GPU_STAMP := $(if $(GPU),$(VENV)/.gpu-$(GPU)-stamp)
 
-.PHONY: install run test test-deep check test-numerics test-numerics-ci calibrate test-cluster mutation \
-	lint clean-venv
+.PHONY: install install-cluster run test test-deep check test-numerics test-numerics-ci calibrate test-cluster \
+	mutation lint clean-venv
 
 # The tests run on one pytest-xdist worker per core this process may use (nproc: its CPU affinity),
 # at most 8: beyond that the suite's longest tests, not its workers, set the time.
@@ -87,6 +87,8 @@ calibrate: install
 $(CLUSTER_STAMP): $(STAMP) requirements-cluster.lock
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-cluster.lock
 	touch $@
+
+install-cluster: $(CLUSTER_STAMP)
 
 test-cluster: $(CLUSTER_STAMP)
 	bash tests/cluster/run.sh

@@ -29,7 +29,10 @@ mkdir -p "$state"/{ctld,spool,log}
 host=$(hostname -s)
 # Leave 2 GiB of the machine's memory to the operating system and the submitting snakemake.
 mem_mb=$(( $(awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo) - 2048 ))
-cpus=$(nproc)
+# Twice the cores: the profile gives each job 2 CPUs, and a job spends much of its time starting
+# (srun, Python, imports) or waiting for SLURM's next status check. Two at once keep the cores
+# busy; on a node of exactly `nproc` CPUs the DAG's 20-odd jobs would run one by one.
+cpus=$(( 2 * $(nproc) ))
 
 # munge: a key if the package did not make one, its socket folder, the daemon as user munge.
 if [ ! -s /etc/munge/munge.key ]; then
@@ -75,6 +78,8 @@ MinJobAge=600
 DefMemPerCPU=1024
 ReturnToService=2
 SchedulerType=sched/backfill
+# The node declares more CPUs than the hardware has (above): slurmd takes the configured count.
+SlurmdParameters=config_overrides
 MpiDefault=none
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb Gres=gpu:1 State=UNKNOWN
 PartitionName=local Nodes=ALL Default=YES MaxTime=INFINITE State=UP
