@@ -153,29 +153,6 @@ def _order_free_draws(request, monkeypatch):
         monkeypatch.setattr(request.module, "rng", np.random.default_rng(seed))
 
 
-def small_lane(**overrides) -> dict:
-    """Lane settings small enough for unit tests (seconds, not minutes)."""
-    settings = {
-        "engine": "xla",
-        "device": "cpu",
-        "model": "mlp",
-        "hidden": 32,
-        "init": "lecun_normal",
-        "loss": "xent",
-        "optimizer": "adam",
-        "learning_rate": 1e-3,
-        "schedule": "constant",
-        "batch_size": 64,
-        "steps": 12,
-        "train_images": 512,
-        "test_images": 200,
-        "eval_every": 4,
-        "log_rows": 4,
-    }
-    settings.update(overrides)
-    return settings
-
-
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under the `quick` profile (`make check`), a tenth of each parametrized test's cases; then

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import small_lane
+from lanes import small_lane
 
 from gradlanes.data.dataset import Dataset
 from gradlanes.data.description import DatasetDescription

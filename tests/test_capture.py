@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
 import scipy.stats
 import yaml
-from conftest import REPO, small_lane
+from lanes import small_lane
 
 from gradlanes.data.description import MNIST
 from gradlanes.engines.compiles import compile_window
@@ -27,6 +28,7 @@ from gradlanes.run.numerics import (
     scaled_error,
 )
 
+REPO = Path(__file__).resolve().parents[1]
 CONFIG = yaml.safe_load((REPO / "config.yaml").read_text())
 COMBINATIONS = [
     small_lane(loss="mse", optimizer="adam"),

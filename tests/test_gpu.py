@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import small_lane
+from lanes import small_lane
 
 from gradlanes.engines import gpu
 

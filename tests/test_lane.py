@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import small_lane
+from lanes import small_lane
 
 from gradlanes.data.dataset import load
 from gradlanes.data.description import MNIST

@@ -13,9 +13,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import small_lane
 from float_bounds import FLOAT64, XLA_ULPS, FloatBounds
 from jax import lax
+from lanes import small_lane
 
 from gradlanes.data.description import MNIST, DatasetDescription
 from gradlanes.engines import handkernel

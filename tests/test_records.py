@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from conftest import small_lane
+from lanes import small_lane
 
 from gradlanes.data.description import DatasetDescription
 from gradlanes.experiment.spec import resolve

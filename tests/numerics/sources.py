@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 #: import from tests/. tests/test_numerics_record.py checks the list against the marks.
 NUMERICS_TEST_FILES = ("tests/test_numerics.py", "tests/test_capture.py", "tests/test_interpreter.py")
 TEST_HELPERS = (
-    "tests/conftest.py",
+    "tests/lanes.py",
     "tests/float_bounds.py",
     "tests/test_rules_elementwise.py",
     "tests/oracle.py",
