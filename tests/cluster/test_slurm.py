@@ -43,6 +43,12 @@ def snakemake(workdir: Path, *args: str, overrides: dict | None = None) -> subpr
         str(workdir),
         "--profile",
         str(REPO / "workflow/profiles/slurm"),
+        # The executor notices a finished job only at its next status check, 5 s after the last
+        # finish (the profile's, sized for real clusters) and 10 s more after each check that
+        # found none: on this node's 10-second jobs most of the run was waiting. A check one
+        # second after a finish costs nothing on a test node of one user.
+        "--slurm-init-seconds-before-status-checks",
+        "1",
         "--configfile",
         *files,
         *args,

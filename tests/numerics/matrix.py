@@ -238,7 +238,11 @@ def run_cell(
 
 
 def run_cells(cells: list[Cell], workdir: Path, data: Path, results: dict[Cell, tuple]) -> list[dict]:
-    """Run each cell on cores of its own, printing each as it ends; results in the cells' order."""
+    """Run each cell on cores of its own, printing each as it ends; results in the cells' order.
+
+    The cells start by thread count, fewest first: one-thread cells then fill every core at once,
+    where in the matrix's order each would wait for the two-thread cell before it.
+    """
 
     def work(cell: Cell, cores: tuple[int, ...]) -> dict:
         result = run_cell(cell, cores, workdir, data, results[cell])
@@ -250,7 +254,7 @@ def run_cells(cells: list[Cell], workdir: Path, data: Path, results: dict[Cell, 
         )
         return result
 
-    done = on_free_cores(cells, work)
+    done = on_free_cores(sorted(cells, key=lambda cell: cell.threads), work)
     return [done[cell] for cell in cells]
 
 
