@@ -74,8 +74,10 @@ test-numerics: install
 	$(BIN)/python tests/numerics/matrix.py
 
 # CI's share of the matrix: a covering set of its NumPy and XLA results on this CPU (tests/numerics/cover.py).
+# .ci/run adds COVER_ARGS=--default-tested: make test, just passed, ran under the default kernels.
+COVER_ARGS ?=
 test-numerics-ci: install
-	$(BIN)/python tests/numerics/matrix.py --cover
+	$(BIN)/python tests/numerics/matrix.py --cover $(COVER_ARGS)
 
 # Re-measure the calibrated agreement bounds (long: every lane on 5 held-out seeds under 3 cells,
 # for config.yaml and for the CI subset); writes results/checks/calibration*.{json,md}.

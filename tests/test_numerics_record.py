@@ -87,6 +87,16 @@ def test_on_the_recorded_cpu_the_cover_runs_each_recorded_result_once_in_as_few_
     assert cover.out_of_reach == [] and all("the first to compute" in why for why in cover.reasons.values())
 
 
+def test_results_make_test_ran_under_the_default_kernels_need_no_cell(record):
+    recorded = results_of(record)
+    default = recorded["SkylakeX-xla_default-2t"]  # this project's machine's own kernels, at 2 cores
+    cover = covering_cells(recorded, recorded, threads_of(recorded), tested=default)
+    numpy, xla = covered(cover.cells, recorded)
+    assert numpy | {default[0]} == {r[0] for r in recorded.values()} and default[0] not in numpy
+    assert xla | {default[1]} == {r[1] for r in recorded.values()}
+    assert len(cover.cells) == len({r[0] for r in recorded.values()}) - 1
+
+
 def test_a_cell_whose_result_the_record_lacks_always_runs():
     recorded = {"A-AVX-1t": ("n1", "x1"), "A-AVX-2t": ("n2", "x1"), "B-AVX2-1t": ("n1", "x2")}
     here = {**recorded, "B-AVX2-1t": ("n3", "x2")}  # a new CPU: this cell's NumPy product is new

@@ -36,12 +36,19 @@ class Cover:
         self.reasons[cell] = reason
 
 
-def covering_cells(recorded: dict[str, Results], here: dict[str, Results], threads: dict[str, int]) -> Cover:
+def covering_cells(
+    recorded: dict[str, Results],
+    here: dict[str, Results],
+    threads: dict[str, int],
+    tested: Results = (None, None),
+) -> Cover:
     """Cells (of `here`, in its order) whose results together include every result computed here.
 
     `recorded`: each cell's results in the committed matrix. `here`: each runnable cell's results
     on this CPU. `threads`: each cell's thread count; among cells that add as many results, the
     one with fewer threads is taken (it holds fewer cores, so more cells run side by side).
+    `tested`: results already exercised by the same tests and DAG (CI's `make test`, under this
+    machine's default kernels), which no cell needs to compute again.
     """
     known = set().union(*map(_tagged, recorded.values())) if recorded else set()
     cover = Cover()
@@ -51,7 +58,7 @@ def covering_cells(recorded: dict[str, Results], here: dict[str, Results], threa
             names = ", ".join(f"{kind} `{value}`" for kind, value in new)
             cover.add(cell, f"computes {names}, which the record does not hold")
     wanted = set().union(*map(_tagged, here.values())) if here else set()
-    left = wanted - set().union(*(_tagged(here[cell]) for cell in cover.cells))
+    left = wanted - set().union(*(_tagged(here[cell]) for cell in cover.cells)) - _tagged(tested)
     order = {cell: index for index, cell in enumerate(here)}
     while left:
         best = max(

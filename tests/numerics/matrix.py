@@ -14,6 +14,8 @@ cells on a two-core machine at once), so none shares a core with another while i
 `--cover` (`make test-numerics-ci`, CI): fingerprint every cell this CPU can run, then run only a
 covering set (`cover.py`): every NumPy and XLA result computed here at least once, and every cell
 whose result the committed record does not hold. Writes `.numerics/cover.md`; the record stays.
+With `--default-tested` (CI, after `make test` passed) the results of this machine's default
+kernels count as run: `make test` ran the same tests and the subset DAG's agreement under them.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cells import Cell, all_cells, cpu_flags, split_runnable
-from cover import covering_cells
+from cover import Cover, covering_cells
 from sources import NUMERICS_TEST_FILES, combined_digest, source_digests
 
 from gradlanes.layout import work
@@ -68,11 +70,24 @@ def run(cell: Cell, cores: tuple[int, ...], argv: list[str], cwd: Path, log: Pat
     return process.returncode
 
 
+def _results(argv: list[str], env: dict[str, str]) -> tuple[str | None, str | None]:
+    printed = subprocess.run(argv, env=env, capture_output=True, text=True).stdout.split()
+    return (printed[0] if printed else None, printed[1] if len(printed) > 1 else None)
+
+
 def fingerprint(cell: Cell, cores: tuple[int, ...]) -> tuple[str | None, str | None]:
     """The cell's NumPy and XLA results (`FINGERPRINT`), None where the probe failed."""
-    argv = cell.command([str(PYTHON), "-c", FINGERPRINT], cores)
-    printed = subprocess.run(argv, env=cell.env(), capture_output=True, text=True).stdout.split()
-    return (printed[0] if printed else None, printed[1] if len(printed) > 1 else None)
+    return _results(cell.command([str(PYTHON), "-c", FINGERPRINT], cores), cell.env())
+
+
+def default_fingerprint() -> tuple[str | None, str | None]:
+    """The NumPy and XLA results under this machine's own kernels: no core type forced, no ISA
+    cap, every core (what `make test` runs under)."""
+    env = dict(os.environ)
+    env.pop("OPENBLAS_CORETYPE", None)
+    flags = env.get("XLA_FLAGS", "").split()
+    env["XLA_FLAGS"] = " ".join(flag for flag in flags if not flag.startswith("--xla_cpu_max_isa"))
+    return _results([str(PYTHON), "-c", FINGERPRINT], env)
 
 
 def on_free_cores(cells: list[Cell], work: Callable[[Cell, tuple[int, ...]], object]) -> dict[Cell, object]:
@@ -352,7 +367,10 @@ def committed_results(record_path: Path) -> dict[str, tuple[str | None, str | No
     return {c["cell"]: (c["numpy_product"], c["xla_product"]) for c in cells}
 
 
-def cover_markdown(results: list[dict], reasons: dict[str, str], out_of_reach: list[str], note: str) -> str:
+def cover_markdown(
+    results: list[dict], cover: Cover, tested: tuple[str | None, str | None], note: str
+) -> str:
+    reasons, out_of_reach = cover.reasons, cover.out_of_reach
     lines = [
         "# Numerics matrix, covering set",
         "",
@@ -365,6 +383,11 @@ def cover_markdown(results: list[dict], reasons: dict[str, str], out_of_reach: l
         *(f"- `{cell}`: {why}" for cell, why in reasons.items()),
         "",
     ]
+    if tested != (None, None):
+        lines += [
+            f"Already run by `make test` (the default kernels): NumPy `{tested[0]}`, XLA `{tested[1]}`.",
+            "",
+        ]
     if out_of_reach:
         lines += [f"Recorded results no cell computes on this CPU: {', '.join(out_of_reach)}.", ""]
     table = markdown(results, {}, note).split("\n\n")
@@ -392,6 +415,11 @@ def main() -> int:
         action="store_true",
         help="run a covering set of the committed record's results (CI); writes WORKDIR/cover.md only",
     )
+    parser.add_argument(
+        "--default-tested",
+        action="store_true",
+        help="with --cover: count this machine's default kernels' results as run (after make test passed)",
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "src"))
     from gradlanes.atomic import write_json, write_text
@@ -408,12 +436,19 @@ def main() -> int:
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     note = f"{cpu_model()}, {len(os.sched_getaffinity(0))} cores"
+    digests = source_digests()  # what this run measures: the files as they are when it starts
     fingerprints = on_free_cores(runnable, fingerprint)
     if args.cover:
+        tested = default_fingerprint() if args.default_tested else (None, None)
+        if args.default_tested:
+            print(
+                f"make test ran under this machine's default kernels: NumPy `{tested[0]}`, XLA `{tested[1]}`"
+            )
         cover = covering_cells(
             committed_results(record_path),
             {cell.name: fingerprints[cell] for cell in runnable},
             {cell.name: cell.threads for cell in runnable},
+            tested,
         )
         for name, why in cover.reasons.items():
             print(f"{name:28s} chosen: {why}")
@@ -424,13 +459,12 @@ def main() -> int:
     results = run_cells(runnable, workdir, data, fingerprints)
     passed = sum(r["passed"] for r in results)
     if args.cover:
-        write_text(workdir / "cover.md", cover_markdown(results, cover.reasons, cover.out_of_reach, note))
+        write_text(workdir / "cover.md", cover_markdown(results, cover, tested, note))
         failed = len(results) - passed
         print(f"numerics (covering set): {passed} passed, {failed} failed; report {workdir / 'cover.md'}")
         return 0 if passed == len(results) else 1
     for cell, why in skipped.items():
         print(f"{cell.name:28s} skipped: {why}")
-    digests = source_digests()
     for result in results:
         result["sources_sha256"] = combined_digest(digests)
     if args.merge and record_path.is_file():
