@@ -195,7 +195,7 @@ def test_config_lanes_sharing_a_model_share_a_key():
 def test_every_model_is_known_to_both_schemas_and_the_tables():
     import json
 
-    from gradlanes.experiment.models import MODELS
+    from gradlanes.experiment.architecture import MODELS
     from gradlanes.report.rows import MODEL_NAMES
     from gradlanes.schemas import CONFIG, schema_path
 

@@ -65,7 +65,7 @@ def test_the_xla_engine_skips_with_the_install_advice(h200_without_plugin):
     import jax
 
     from gradlanes.engines.base import EngineUnavailable
-    from gradlanes.engines.xla import find_device
+    from gradlanes.engines.xla_engine import find_device
 
     if any(d.platform == "gpu" for d in jax.devices()):
         pytest.skip("JAX sees a GPU here: there is no CPU-only jaxlib to be skipped by")

@@ -13,6 +13,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 
 import jax
@@ -24,7 +26,7 @@ import yaml
 from gradlanes.engines.registry import get_engine
 from gradlanes.layout import published, work
 from gradlanes.run.records import validate_record
-from workflow import REPO, output_of, run_snakemake, start_snakemake
+from workflow import REPO, output_of, run_snakemake, snakemake_command, start_snakemake
 
 pytestmark = pytest.mark.slow
 SUBSET = REPO / ".test" / "config.yaml"
@@ -160,6 +162,23 @@ def test_dry_run_with_everything_done_has_nothing_to_do(subset_copy):
     process = run_snakemake(workdir, "-n", configfile=SUBSET, overrides=mirror)
     assert process.returncode == 0, output_of(process)
     assert "Nothing to be done" in output_of(process), output_of(process)
+
+
+def test_planning_the_dag_imports_no_jax(subset_copy):
+    """`snakemake -n`, and every cluster job step (each plans the DAG again), checks each lane's
+    settings against its engine's plugin and sizes its model from the prepared dataset: none of
+    that needs JAX, which costs most of a second to import."""
+    workdir, mirror = subset_copy
+    command = snakemake_command(workdir, "-n", configfile=SUBSET, overrides=mirror)
+    process = subprocess.run(
+        [sys.executable, "-X", "importtime", *command], cwd=workdir, capture_output=True, text=True
+    )
+    assert process.returncode == 0, output_of(process)
+    assert "Nothing to be done" in output_of(process)
+    imported = {line.rsplit("|", 1)[1].strip() for line in process.stderr.splitlines() if "|" in line}
+    assert "gradlanes.engines.registry" in imported and "gradlanes.config" in imported
+    heavy = {"jax", "jaxlib", "optax", "scipy"} & imported
+    assert not heavy, f"planning imported {sorted(heavy)}"
 
 
 def tree_digest(folder):

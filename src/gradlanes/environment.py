@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jax
-import jaxlib
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,6 +43,10 @@ def usable_cores() -> int:
 
 @functools.cache
 def environment() -> dict:
+    # Imported here: planning a DAG asks for cpu_model() (through the engines' plugins) and needs no JAX.
+    import jax
+    import jaxlib
+
     commit = _git("rev-parse", "HEAD")
     # results/ is rewritten by the run itself and Markdown is prose: only changes to code and
     # config make a run "dirty".

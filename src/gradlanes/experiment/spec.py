@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gradlanes.data.description import DatasetDescription
-from gradlanes.experiment.models import ModelSpec
+from gradlanes.experiment.architecture import ModelSpec
 from gradlanes.experiment.naming import program_id
 
 
