@@ -1,4 +1,6 @@
-"""Shared fixtures: the real MNIST files in ../shared and a real local HTTP mirror serving them."""
+"""The session's setup: fixtures over the real MNIST in ../shared (a local HTTP mirror of it, the
+arrays prepared once, the CI-subset DAG run once), the Hypothesis profile, one XLA compilation
+cache, and the order in which pytest-xdist hands the tests out (docs/testing.md)."""
 
 from __future__ import annotations
 
