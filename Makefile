@@ -12,12 +12,12 @@ CLUSTER_STAMP := $(VENV)/.cluster-stamp
 MUTATION_STAMP := $(VENV)/.mutation-stamp
 
 # `make install GPU=cuda13` (or cuda12) adds JAX's CUDA plugin, at the jax version requirements.lock
-# pins, from requirements-gpu-<flavour>.lock (README: GPU). Without GPU, install is the CPU lock alone.
+# pins, from requirements-gpu-<flavour>.lock (docs/gpu.md). Without GPU, install is the CPU lock alone.
 GPU ?=
 GPU_FLAVOURS := cuda12 cuda13
 ifneq ($(GPU),)
 ifeq ($(filter $(GPU),$(GPU_FLAVOURS)),)
-$(error GPU=$(GPU) is not a CUDA flavour gradlanes pins: use GPU=cuda13 (NVIDIA driver >= 580) or GPU=cuda12 (driver >= 525); README: GPU)
+$(error GPU=$(GPU) is not a CUDA flavour gradlanes pins: use GPU=cuda13 (NVIDIA driver >= 580) or GPU=cuda12 (driver >= 525); see docs/gpu.md)
 endif
 endif
 GPU_STAMP := $(if $(GPU),$(VENV)/.gpu-$(GPU)-stamp)
@@ -106,14 +106,14 @@ $(MUTATION_STAMP): $(STAMP) requirements-mutation.lock
 mutation: $(MUTATION_STAMP)
 	$(BIN)/python tools/mutation.py --stale
 
-# snakemake --lint exits 1 for its conda/container lint, which gradlanes answers in the README
+# snakemake --lint exits 1 for its conda/container lint, which gradlanes answers in docs/design.md
 # ("Why one lint stays"); any other lint fails this target.
 lint: install
 	$(BIN)/ruff check src tests workflow/scripts
 	@out=$$(mktemp); $(BIN)/snakemake --lint > $$out 2>&1 || true; \
 	if grep -E '^\s*\* ' $$out | grep -v 'Specify a conda environment or container'; then \
 		cat $$out; rm -f $$out; exit 1; fi; \
-	rm -f $$out; echo "snakemake --lint: only the conda/container lint (README: Why one lint stays)"
+	rm -f $$out; echo "snakemake --lint: only the conda/container lint (docs/design.md: Why one lint stays)"
 
 clean-venv:
 	rm -rf $(VENV)

@@ -71,7 +71,7 @@ def test_a_changed_program_is_refused_with_what_differs(tmp_path):
 
 
 def test_the_committed_step_runs_with_jax_alone():
-    """What the README promises: jax.export.deserialize and call, no gradlanes code involved."""
+    """What docs/lanes.md promises: jax.export.deserialize and call, no gradlanes code involved."""
     manifest_path = next(p for p in CURRENT if "mse-adam" in p.parent.name)
     folder = manifest_path.parent
     step = jax.export.deserialize(bytearray((folder / "step.jax_export").read_bytes()))

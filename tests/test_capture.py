@@ -74,7 +74,8 @@ def test_step_program_takes_everything_as_input(settings):
 )
 def test_interpreted_and_jitted_programs_match_the_float64_reference_for_several_batches(settings):
     """One program, three mini-batches: every step's loss and gradient, on both engines, within the
-    bounds derived from the program (README: Why these bounds), never a tolerance read off a run."""
+    bounds derived from the program (docs/agreement.md: Why these bounds), never a tolerance read off
+    a run."""
     exp = experiment(settings)
     program = capture(exp)
     flat = program.flatten_params

@@ -75,8 +75,8 @@ def test_a_lane_with_seeds_of_its_own_trains_only_those(tmp_path):
     assert counts["train_iree_cpu"] == "2" and counts["train_host"] == "5", process.stdout
 
 
-# The one lint gradlanes does not follow: software comes from the project's locked .venv (README,
-# "Why one lint stays"), not from a per-rule conda env or container.
+# The one lint gradlanes does not follow: software comes from the project's locked .venv
+# (docs/design.md, "Why one lint stays"), not from a per-rule conda env or container.
 ACCEPTED_LINT = "Specify a conda environment or container for each rule."
 
 

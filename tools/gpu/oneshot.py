@@ -190,7 +190,7 @@ def refusal(python: str, rehearse: bool) -> str | None:
             return (
                 f"this machine has an NVIDIA GPU ({evidence}), but JAX ({python}) sees none: {said}. "
                 "Nothing was installed or run; `python3 -c 'import jax; print(jax.devices())'` shows "
-                "what JAX finds (README: GPU)"
+                "what JAX finds (docs/gpu.md)"
             )
     missing = [p.name for p in (WHEELS, MNIST) if not p.is_dir()] or (
         [] if any(WHEELS.glob("*.whl")) else ["*.whl"]

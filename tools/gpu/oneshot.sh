@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one-shot GPU run (README: GPU): on a GPU machine that reaches no package registry, install the
+# The one-shot GPU run (docs/gpu.md): on a GPU machine that reaches no package registry, install the
 # carried wheels, run the gpu lanes through snakemake, the benchmark's GPU rows and the GPU tests,
 # and write records, logs and the benchmark JSON to OUTDIR. Stops at once where no GPU is visible.
 #

@@ -13,7 +13,8 @@ accumulations from any input to an output (a dot product of length n counts n, a
 1), and the bound is `CONFIDENCE * sqrt(chain)` units, the probabilistic rounding-error bound of
 Higham & Mary (SIAM J. Sci. Comput. 41(5), 2019): with rounding errors independent and of mean zero,
 an accumulation of n terms in any order is off by at most lambda * sqrt(n) * u * sum|terms| except
-with probability below 2 exp(-lambda^2 (1-u)^2 / 2). README "Why these bounds" has the derivation.
+with probability below 2 exp(-lambda^2 (1-u)^2 / 2). docs/agreement.md, "Why these bounds", has the
+derivation.
 """
 
 from __future__ import annotations
