@@ -1,4 +1,4 @@
-"""The captured programs committed under results/programs/: intact, current, runnable by JAX alone."""
+"""The captured programs under results/<experiment>/programs/: intact, current, runnable by JAX alone."""
 
 from __future__ import annotations
 

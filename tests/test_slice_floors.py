@@ -3,7 +3,7 @@
 Nobody edits a floor by hand: the committed slice-floors.json must equal the derivation from the
 values it records, those values must be the committed numerics matrix's, and each floor must sit
 within a few points under seed 0's measured accuracy (a floor far below it would let a real
-regression pass; issue 14).
+regression pass).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The one-shot GPU run: what issue 12's GPU side needs, in one call on a GPU machine with no registry.
+"""The one-shot GPU run: every GPU lane, check and benchmark row, in one call on a registry-less GPU machine.
 
 The GPU machine is lent rarely and briefly and reaches no package registry, so this script is
 prepared and tested on the CPU and run there unchanged (`bash tools/gpu/oneshot.sh OUT`), in stages,

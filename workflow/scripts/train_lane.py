@@ -1,4 +1,4 @@
-"""Snakemake glue for the train_<lane> rules; the logic lives in gradlanes.lane."""
+"""Snakemake glue for the train_<lane> rules; the logic lives in gradlanes.run.lane."""
 
 from pathlib import Path
 

@@ -1,7 +1,7 @@
 """The IREE engine: the captured program, as exported StableHLO, on a second and independent compiler.
 
 IREE (`iree-base-compiler`, `iree-base-runtime`) compiles the `jax.export` StableHLO of each
-program, the very bytes committed under `results/programs/`, for the host CPU (`llvm-cpu`,
+program, the very bytes committed under `results/<experiment>/programs/`, for the host CPU (`llvm-cpu`,
 `--iree-llvmcpu-target-cpu=host`) and runs it with its own runtime: no XLA anywhere in training.
 Weights and optimizer state stay in IREE buffers between steps. Every IREE compilation is counted
 with XLA's (`engines.compiles.count_compile`), so the record's compile count means the same thing.

@@ -35,7 +35,7 @@ class Experiment:
     log_rows: int
     fuse_steps: int = 1
     matmul_precision: str = "highest"  # the captured program's dot precision: highest or tf32
-    program_id: str = ""  # the folder of its captured program under results/programs/
+    program_id: str = ""  # the folder of its captured program under <experiment>/programs/
 
     @property
     def epochs(self) -> float:

@@ -1,7 +1,7 @@
 """The captured program as an artifact: kept, fingerprinted, and loadable without gradlanes.
 
 The `capture_program` rule writes, per program (`experiment.naming.program_id`), under
-`results/programs/<id>/`:
+`work/<experiment>/programs/<id>/` (published with the experiment to `results/<experiment>/programs/<id>/`):
 - `<name>.jaxpr.txt`: each traced program (forward, gradient, init_state, step, fused) as text;
 - `<name>.jax_export`: its `jax.export` serialisation (StableHLO bytecode and calling convention,
   lowered for the CPU), which `jax.export.deserialize(...).call(...)` runs with no gradlanes code;
