@@ -40,7 +40,8 @@ def write_transposed_mnist(out: Path, mnist: Path) -> Path:
             content[IMAGE_HEADER:] = np.ascontiguousarray(pixels.transpose(0, 2, 1)).tobytes()
         target = out / f"transposed-{name}"
         target.write_bytes(gzip.compress(bytes(content), compresslevel=6, mtime=0))
-        files[role] = {"name": target.name, "sha256": hashlib.sha256(content).hexdigest()}
+        digest = hashlib.sha256(content).hexdigest()
+        files[role] = {"name": target.name, "sha256": digest, "bytes": len(content)}
     overlay = out / f"{NAME}.yaml"
     dataset = {"name": NAME, "classes": 10, "mirrors": [str(out.resolve())], "files": files}
     overlay.write_text(yaml.safe_dump({"dataset": dataset}))

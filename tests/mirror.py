@@ -13,6 +13,12 @@ The first path segment picks the behaviour, the rest names the file:
   /hang/<file>       accepts the connection and never answers
   /stall/<file>      sends the headers and half the body, then nothing until the test ends
   /flaky/<file>      500 on the first request for a file, then the real archive
+  /endless/<file>    no length, gzip's header and then zero bytes without end
+  /padded/<file>     no length, gzip's header and then empty deflate blocks without end: valid
+                     deflate that inflates to nothing, so only the archive's bound stops it
+  /huge/<file>       announces 10**12 bytes, then sends the real archive
+  /bomb/<file>       a valid gzip of zeros, 1 MiB longer than the real content (about 1 KB)
+  /trickle/<file>    announces the real length, then sends one byte every TRICKLE_S seconds
 """
 
 from __future__ import annotations
@@ -21,6 +27,12 @@ import gzip
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+TRICKLE_S = 0.05
+GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+# A non-final stored deflate block of length 0: 3 header bits and padding, LEN 0, NLEN 0xffff.
+EMPTY_STORED_BLOCK = b"\x00\x00\x00\xff\xff"
+ENDLESS = {"endless": b"\x00" * (1 << 16), "padded": EMPTY_STORED_BLOCK * (1 << 13)}
 
 
 class MirrorServer:
@@ -44,6 +56,19 @@ class MirrorServer:
                 path = server.root / name
                 if mode == "hang":
                     server.release.wait(60)
+                    return
+                if mode in ENDLESS:
+                    self.send_response(200)
+                    self.end_headers()
+                    self._send_until_closed(GZIP_HEADER, ENDLESS[mode])
+                    return
+                if mode == "trickle" and path.is_file():
+                    body = path.read_bytes()
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    one_by_one = [body[i : i + 1] for i in range(len(body))]
+                    self._send_until_closed(b"", *one_by_one, pause=TRICKLE_S)
                     return
                 if mode == "stall" and path.is_file():
                     body = path.read_bytes()
@@ -70,6 +95,8 @@ class MirrorServer:
                     body = server.flipped(name)
                 elif mode == "corrupt":
                     body = b"\x1f\x8b\x08\x00" + bytes(range(256)) * 4
+                elif mode == "bomb":
+                    body = server.bomb(name)
                 else:
                     body = path.read_bytes()
                 announced = len(body)
@@ -83,10 +110,28 @@ class MirrorServer:
                     return
                 if mode == "short":
                     body = body[: announced // 2]
+                if mode == "huge":
+                    announced = 10**12
                 self.send_response(200)
                 self.send_header("Content-Length", str(announced))
                 self.end_headers()
-                self.wfile.write(body)
+                self._send_until_closed(b"", body)
+
+            def _send_until_closed(self, first: bytes, *pieces: bytes, pause: float = 0.0) -> None:
+                """Write `first`, then each piece (cycling through them when there is one, forever
+                for an endless mode) until the client hangs up, the pieces end or the test ends."""
+                endless = self.path.lstrip("/").partition("/")[0] in ENDLESS
+                try:
+                    self.wfile.write(first)
+                    index = 0
+                    while index < len(pieces) and not server.release.is_set():
+                        self.wfile.write(pieces[index])
+                        self.wfile.flush()
+                        index = 0 if endless else index + 1
+                        if pause:
+                            server.release.wait(pause)
+                except OSError:  # the client hung up: what a bounded download does
+                    pass
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
@@ -98,6 +143,10 @@ class MirrorServer:
             content[len(content) // 2] ^= 0x01
             self._flipped[name] = gzip.compress(bytes(content), compresslevel=1)
         return self._flipped[name]
+
+    def bomb(self, name: str) -> bytes:
+        content = gzip.decompress((self.root / name).read_bytes())
+        return gzip.compress(b"\x00" * (len(content) + (1 << 20)), compresslevel=9, mtime=0)
 
     @property
     def url(self) -> str:

@@ -78,6 +78,20 @@ def test_unknown_lane_key():
             "'download.timeout_s' must be a number > 0 <= 3600; got 0",
         ),
         (
+            lambda c: c["download"].update(min_rate_kib_s=0),
+            "'download.min_rate_kib_s' must be a number > 0 <= 1048576; got 0",
+        ),
+        (
+            lambda c: c["dataset"]["files"]["test_labels"].pop("bytes"),
+            "missing key 'dataset.files.test_labels.bytes': size of the decompressed content in bytes, "
+            "which bounds what a mirror may send (MNIST's are published beside its files; for another "
+            "file, `gunzip -c FILE | wc -c`)",
+        ),
+        (
+            lambda c: c["dataset"]["files"]["test_labels"].update(bytes=0),
+            "'dataset.files.test_labels.bytes' must be an integer >= 1; got 0",
+        ),
+        (
             lambda c: c["lanes"]["host"].update(engine="gpu"),
             "'lanes.host.engine': no engine 'gpu' is installed (engines: handkernel, interpreter,",
         ),
@@ -185,7 +199,7 @@ def test_schema_defaults_are_filled():
     del config["download"]
     del config["lanes"]["mlp_stream"]["init"]
     validate(config, str(SCHEMA))
-    assert config["download"] == {"timeout_s": 30, "retries": 3, "backoff_s": 1.0}
+    assert config["download"] == {"timeout_s": 30, "retries": 3, "backoff_s": 1.0, "min_rate_kib_s": 64}
     assert config["lanes"]["mlp_stream"]["init"] == "lecun_normal"
     assert config["lanes"]["mlp_stream"]["train_images"] == "all"
     assert config["lanes"]["host"]["log_rows"] == 12

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from gradlanes.data.fetch import (
+    CHUNK_BYTES,
     USER_AGENT,
     DownloadError,
     FailureKind,
@@ -25,7 +26,7 @@ from gradlanes.data.fetch import (
     FileSpec,
     MirrorFailure,
     _describe_os_error,
-    _verify_gzip_content,
+    _try_once,
     failure_message,
     fetch_dataset,
     fetch_file,
@@ -90,7 +91,7 @@ def refusing_mirror() -> Iterator[str]:
 
 def specs(dataset_config, roles=("train_labels", "test_labels")):
     files = dataset_config["files"]
-    return [FileSpec(role, files[role]["name"], files[role]["sha256"]) for role in roles]
+    return [FileSpec(role, f["name"], f["sha256"], f["bytes"]) for role, f in ((r, files[r]) for r in roles)]
 
 
 def assert_nothing_partial(folder: Path):
@@ -373,7 +374,7 @@ def test_a_permanent_failure_is_not_retried(mirror_server, dataset_config, tmp_p
     ("mode", "reason"),
     [
         ("short", "body ended after 2258 of 4517 announced bytes"),
-        ("cut", "connection closed after 2258 bytes of the body"),  # http.client.IncompleteRead
+        ("cut", "connection closed after 2268 bytes of the body"),  # http.client.IncompleteRead
         ("truncated", "truncated gzip"),
     ],
 )
@@ -440,13 +441,14 @@ def test_a_body_that_stops_mid_way_times_out_naming_the_timeout(mirror_server, d
 def test_an_incomplete_read_after_whole_chunks_counts_every_byte_before_it(
     mirror_server, dataset_config, tmp_path
 ):
-    """The 9.9 MB training images: the reads of the first 4.9 MB chunk succeed 1 MiB at a time."""
+    """The 9.9 MB training images: the first 4.9 MB chunk arrives over many reads, then 10 bytes of
+    the second before the close; every one of them counts."""
     spec = specs(dataset_config, ("train_images",))[0]
     half = (mirror_server.root / spec.name).stat().st_size // 2
     policy = FetchPolicy(timeout_s=5, retries=1, backoff_s=0.0)
     with pytest.raises(DownloadError) as caught:
         fetch_dataset("mnist", [spec], [mirror_server.mirror("cut")], tmp_path, policy)
-    assert f"attempt 1: connection closed after {half} bytes of the body" in str(caught.value)
+    assert f"attempt 1: connection closed after {half + 10} bytes of the body" in str(caught.value)
 
 
 def test_the_default_count_before_an_incomplete_read_is_zero():
@@ -468,27 +470,35 @@ def test_a_connection_failure_says_what_failed():
         (b"\x1f\x8b\x08\x00" + bytes(range(256)), FailureKind.PERMANENT, "corrupt gzip: "),
         (gzip.compress(b"other content", mtime=0), FailureKind.PERMANENT, "content SHA-256 mismatch: got "),
         (gzip.compress(b"other content", mtime=0)[:-6], FailureKind.TRANSIENT, "truncated gzip: "),
+        (gzip.compress(bytes(14), mtime=0), FailureKind.PERMANENT, "the content inflates past its pinned 13"),
     ],
-    ids=["html", "corrupt", "mismatch", "truncated"],  # ids, not bytes: stable from run to run
+    ids=["html", "corrupt", "mismatch", "truncated", "longer"],  # ids, not bytes: stable from run to run
 )
 def test_what_a_wrong_body_is(tmp_path, body, kind, reason):
-    path = tmp_path / "body.gz"
-    path.write_bytes(body)
+    (tmp_path / "mirror").mkdir()
+    (tmp_path / "mirror" / "body.gz").write_bytes(body)
+    spec = FileSpec("test_labels", "body.gz", "0" * 64, len(b"other content"))
     with pytest.raises(MirrorFailure) as caught:
-        _verify_gzip_content(path, "0" * 64)
+        _try_once(spec, str(tmp_path / "mirror" / "body.gz"), tmp_path / "out" / "body.gz", FAST)
     assert caught.value.kind is kind and caught.value.reason.startswith(reason), caught.value.reason
+    assert_nothing_partial(tmp_path / "out")
 
 
 def test_content_is_hashed_and_counted_over_many_chunks(tmp_path):
     content = np.random.default_rng(0).integers(0, 256, 3 * (1 << 20) + 17, dtype=np.uint8).tobytes()
-    path = tmp_path / "big.gz"
-    path.write_bytes(gzip.compress(content, compresslevel=1))
+    archive = gzip.compress(content, compresslevel=1)
+    (tmp_path / "big.gz").write_bytes(archive)
     digest = hashlib.sha256(content).hexdigest()
-    assert _verify_gzip_content(path, digest) == (digest, len(content))
+    spec = FileSpec("train_images", "big.gz", digest, len(content))
+    verified = _try_once(spec, str(tmp_path / "big.gz"), tmp_path / "out" / "big.gz", FAST)
+    assert (verified.content_sha256, verified.content_bytes) == (digest, len(content))
+    assert verified.archive_bytes == len(archive) > CHUNK_BYTES
+    assert verified.archive_sha256 == hashlib.sha256(archive).hexdigest()
+    assert (tmp_path / "out" / "big.gz").read_bytes() == archive
 
 
 def test_the_failure_message_in_full():
-    specs_ = [FileSpec("train_labels", "b.gz", "1" * 64), FileSpec("test_labels", "a.gz", "2" * 64)]
+    specs_ = [FileSpec("train_labels", "b.gz", "1" * 64, 1), FileSpec("test_labels", "a.gz", "2" * 64, 1)]
     failed = {
         "b.gz": [("/data/mnist", ["attempt 1: no such file: /data/mnist/b.gz"])],
         "a.gz": [
@@ -533,7 +543,7 @@ def test_the_failure_message_in_full():
     ],
 )
 def test_the_hand_fetch_uses_the_first_public_mirror_or_the_canonical_one(mirrors, public):
-    spec = FileSpec("test_labels", "a.gz", "2" * 64)
+    spec = FileSpec("test_labels", "a.gz", "2" * 64, 1)
     message = failure_message("mnist", {"a.gz": [(mirrors[0], ["x"])]}, [spec], mirrors)
     assert f"  curl -fLO {public}a.gz\n" in message
 

@@ -154,7 +154,8 @@ def tiny_dataset(
         magic = (magic & ~0xFF) | len(dims)  # the magic's last byte counts the dimensions
         content = idx_bytes(magic, dims, array.tobytes())
         (folder / TINY_NAMES[role]).write_bytes(gzip.compress(content, mtime=0))
-        files[role] = {"name": TINY_NAMES[role], "sha256": hashlib.sha256(content).hexdigest()}
+        digest = hashlib.sha256(content).hexdigest()
+        files[role] = {"name": TINY_NAMES[role], "sha256": digest, "bytes": len(content)}
     origin = [{"role": r, "mirror": f"mirror-{r}", "url": f"https://m/{TINY_NAMES[r]}"} for r in provenance]
     (folder / "download.json").write_text(json.dumps({"files": origin}))
     return arrays, files

@@ -88,7 +88,9 @@ def _explain(error: jsonschema.ValidationError, root: Mapping) -> str:
         )
     if error.validator == "required":
         missing = error.message.split("'")[1] if "'" in error.message else error.message
-        return f"missing key '{_key([*error.absolute_path, missing])}'"
+        what = _resolve(error.schema, root).get("properties", {}).get(missing, {}).get("description")
+        meaning = f": {' '.join(what.split())}" if what else ""
+        return f"missing key '{_key([*error.absolute_path, missing])}'{meaning}"
     if error.validator == "propertyNames":
         return f"name {error.instance!r} under '{key}' must match {error.validator_value['pattern']}"
     if error.validator == "uniqueItems":

@@ -9,7 +9,7 @@ from gradlanes.joblog import job_logging
 smk = snakemake  # noqa: F821 - injected by Snakemake
 
 with job_logging(smk.log[0], expected=(DownloadError,)) as log:
-    specs = [FileSpec(role, f["name"], f["sha256"]) for role, f in smk.params.files.items()]
+    specs = [FileSpec(role, f["name"], f["sha256"], f["bytes"]) for role, f in smk.params.files.items()]
     fetched = fetch_dataset(
         smk.params.name,
         specs,

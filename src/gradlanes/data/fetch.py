@@ -1,14 +1,17 @@
 """Fetch dataset archives from an ordered list of mirrors and trust only verified content.
 
-Each file is streamed to a temporary name in the target folder, decompressed to check that it is
-a whole gzip stream, hashed, compared with the pinned SHA-256 of its decompressed content and only
-then renamed into place. When every mirror fails, one `DownloadError` explains each attempt and
-how to fetch the files by hand.
+Each file is streamed to a temporary name in the target folder and decompressed as it arrives
+(`gradlanes.data.gzip_stream`); only a whole gzip stream whose content has the pinned SHA-256 and
+size is renamed into place. What a mirror may cost before that is bounded (`gradlanes.data.limits`):
+an archive larger than its pinned content allows, announced or sent, and content that inflates past
+its pinned size are stopped at once, and so is a mirror slower than `min_rate_kib_s`. When every
+mirror fails, one `DownloadError` explains each attempt and how to fetch the files by hand.
 
 A failed attempt is one of three kinds, and the kind decides what happens next:
 
 * unreachable -- a connection-level failure: a timeout (on connect or while waiting for or reading
   the answer), a refused connection, a host name that does not resolve, an unreachable network.
+  A mirror that answers below the minimum rate counts as one that timed out.
   The mirror as a whole is not answering, so retrying it with the same timeout only multiplies the
   wait (a silent server costs `timeout_s` per try). When another live mirror follows, the download
   moves straight on without retrying and marks the mirror dead: the remaining files of the same
@@ -22,7 +25,8 @@ A failed attempt is one of three kinds, and the kind decides what happens next:
   to `retries` tries with backoff `backoff_s * 2**(try - 1)`, then the next mirror. The mirror is
   not marked dead: it answers, and may serve the next file.
 * permanent -- the mirror answered with the wrong thing: HTTP 4xx, an HTML page, corrupt gzip, a
-  checksum mismatch, a missing local file. The same request would get the same answer, so the
+  checksum mismatch, a missing local file, an archive past its bound (announced or sent), content
+  that inflates past its pinned size. The same request would get the same answer, so the
   next mirror is tried at once; the mirror stays live because it may hold the other files.
 
 Which mirrors are dead is tracked by a `DeadMirrors` object that `fetch_dataset` creates per call,
@@ -33,7 +37,6 @@ from __future__ import annotations
 
 import enum
 import errno
-import gzip
 import hashlib
 import http.client
 import logging
@@ -44,7 +47,6 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -52,6 +54,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from gradlanes.atomic import atomic_path, remove_stale_parts
+from gradlanes.data.gzip_stream import GzipContent, GzipProblem, TruncatedGzip
+from gradlanes.data.limits import RateFloor, archive_limit
 
 log = logging.getLogger(__name__)
 
@@ -63,20 +67,24 @@ UNREACHABLE_ERRNOS = frozenset({errno.ENETUNREACH, errno.EHOSTUNREACH, errno.ENE
 
 @dataclass(frozen=True)
 class FileSpec:
-    """One file of a dataset: its role, remote name and the SHA-256 of its decompressed content."""
+    """One file of a dataset: its role, remote name, and the SHA-256 and size of its decompressed
+    content (the size bounds what a mirror may send: `gradlanes.data.limits`)."""
 
     role: str
     name: str
     sha256: str
+    content_bytes: int
 
 
 @dataclass(frozen=True)
 class FetchPolicy:
-    """`retries` is the number of tries per mirror and file (see the module docstring for which)."""
+    """`retries` is the number of tries per mirror and file (see the module docstring for which);
+    `min_rate_kib_s` the slowest average a mirror may keep after its first `timeout_s`."""
 
     timeout_s: float = 30.0
     retries: int = 3
     backoff_s: float = 1.0
+    min_rate_kib_s: float = 64.0
 
 
 @dataclass
@@ -228,66 +236,83 @@ def _progress_bar(expected: int | None, label: str) -> tqdm:
     )
 
 
-def _stream_to(url: str, tmp: Path, timeout_s: float, label: str) -> tuple[str, int]:
-    """Copy `url` into `tmp`; return (sha256 of the archive, bytes received)."""
+def _content_failure(problem: GzipProblem, note: str = "") -> MirrorFailure:
+    """What a problem with the archive's content says about the mirror: only a cut-off archive
+    may come whole on another try; any other answer would be the same again."""
+    kind = FailureKind.TRANSIENT if isinstance(problem, TruncatedGzip) else FailureKind.PERMANENT
+    return MirrorFailure(problem.reason + note, kind)
+
+
+def _announced_too_much(spec: FileSpec, expected: int | None) -> MirrorFailure | None:
+    limit = archive_limit(spec.content_bytes)
+    if expected is None or expected <= limit:
+        return None
+    return MirrorFailure(
+        f"announces {expected:,} bytes, more than the {limit:,} an archive of its pinned "
+        f"{spec.content_bytes:,} bytes of content may have; refused before reading the body",
+        FailureKind.PERMANENT,
+    )
+
+
+def _stream_to(
+    spec: FileSpec, url: str, tmp: Path, policy: FetchPolicy, clock: Callable[[], float]
+) -> _Verified:
+    """Copy `url` into `tmp`, checking the content as it arrives; stop at the first chunk that
+    passes the archive's bound, inflates past the pinned size, is not gzip, or is too late."""
     digest = hashlib.sha256()
+    content = GzipContent(spec.sha256, spec.content_bytes)
+    limit = archive_limit(spec.content_bytes)
+    floor = RateFloor(policy.min_rate_kib_s, policy.timeout_s)
     received = 0
+    started = clock()
     try:
-        source, expected = _open_source(url, timeout_s)
+        source, expected = _open_source(url, policy.timeout_s)
     except (OSError, http.client.HTTPException, ValueError) as exc:
-        raise _describe_os_error(exc, timeout_s) from exc
-    with source, open(tmp, "wb") as sink, _progress_bar(expected, label) as bar:
-        try:
-            while chunk := source.read(CHUNK_BYTES):
-                sink.write(chunk)
-                digest.update(chunk)
-                received += len(chunk)
-                bar.update(len(chunk))  # pragma: no mutate - display only
-        except (OSError, http.client.HTTPException) as exc:
-            raise _describe_os_error(exc, timeout_s, received) from exc
+        raise _describe_os_error(exc, policy.timeout_s) from exc
+    with source:
+        refusal = _announced_too_much(spec, expected)
+        if refusal is not None:
+            raise refusal
+        # read1 returns what one receive brought: a trickle is seen at each byte, not per 1 MiB
+        read = getattr(source, "read1", source.read)
+        with open(tmp, "wb") as sink, _progress_bar(expected, spec.name) as bar:
+            try:
+                while chunk := read(CHUNK_BYTES):
+                    received += len(chunk)
+                    if received > limit:
+                        raise MirrorFailure(
+                            f"sent more than the {limit:,} bytes an archive of its pinned "
+                            f"{spec.content_bytes:,} bytes of content may have (stopped after "
+                            f"{received:,} bytes)",
+                            FailureKind.PERMANENT,
+                        )
+                    sink.write(chunk)
+                    digest.update(chunk)
+                    content.feed(chunk)
+                    bar.update(len(chunk))  # pragma: no mutate - display only
+                    slow = floor.too_slow(received, clock() - started)
+                    if slow is not None:
+                        raise MirrorFailure(slow, FailureKind.UNREACHABLE, "was too slow")
+            except GzipProblem as problem:
+                raise _content_failure(problem, f" (stopped after {received:,} bytes)") from problem
+            except (OSError, http.client.HTTPException) as exc:
+                raise _describe_os_error(exc, policy.timeout_s, received) from exc
     if expected is not None and received != expected:
         raise MirrorFailure(
             f"body ended after {received} of {expected} announced bytes", FailureKind.TRANSIENT
         )
-    return digest.hexdigest(), received
-
-
-def _verify_gzip_content(tmp: Path, pinned_sha256: str) -> tuple[str, int]:
-    """Decompress `tmp` fully; return (content sha256, content bytes) or raise MirrorFailure."""
-    with open(tmp, "rb") as raw:
-        head = raw.read(2)
-    if head != b"\x1f\x8b":
-        with open(tmp, "rb") as raw:
-            preview = raw.read(40).decode("latin-1").replace("\n", " ").strip()
-        raise MirrorFailure(f"body is not gzip (it starts with {preview!r})", FailureKind.PERMANENT)
-    digest = hashlib.sha256()
-    size = 0
     try:
-        with gzip.open(tmp, "rb") as stream:
-            while chunk := stream.read(CHUNK_BYTES):
-                digest.update(chunk)
-                size += len(chunk)
-    except EOFError as exc:
-        raise MirrorFailure(
-            f"truncated gzip: the compressed stream ends early ({exc})", FailureKind.TRANSIENT
-        ) from exc
-    except (gzip.BadGzipFile, zlib.error, OSError) as exc:
-        raise MirrorFailure(f"corrupt gzip: {exc}", FailureKind.PERMANENT) from exc
-    content_sha256 = digest.hexdigest()
-    if content_sha256 != pinned_sha256:
-        raise MirrorFailure(
-            f"content SHA-256 mismatch: got {content_sha256}, pinned {pinned_sha256}",
-            FailureKind.PERMANENT,
-        )
-    return content_sha256, size
+        content_sha256, content_bytes = content.finish()
+    except GzipProblem as problem:
+        raise _content_failure(problem) from problem
+    return _Verified(digest.hexdigest(), received, content_sha256, content_bytes)
 
 
-def _try_once(spec: FileSpec, url: str, target: Path, timeout_s: float) -> _Verified:
+def _try_once(spec: FileSpec, url: str, target: Path, policy: FetchPolicy) -> _Verified:
     """One try: stream, verify and rename into place, or raise MirrorFailure leaving nothing."""
     with atomic_path(target) as tmp:
-        archive_sha256, archive_bytes = _stream_to(url, tmp, timeout_s, spec.name)
-        content_sha256, content_bytes = _verify_gzip_content(tmp, spec.sha256)
-    return _Verified(archive_sha256, archive_bytes, content_sha256, content_bytes)
+        verified = _stream_to(spec, url, tmp, policy, time.monotonic)
+    return verified
 
 
 def _worth_retrying(failure: MirrorFailure, last_live_mirror: bool) -> bool:
@@ -311,7 +336,7 @@ def _try_mirror(
     tries = max(1, policy.retries)
     for attempt in range(1, tries + 1):
         try:
-            return _MirrorOutcome(reasons, verified=_try_once(spec, url, target, policy.timeout_s))
+            return _MirrorOutcome(reasons, verified=_try_once(spec, url, target, policy))
         except MirrorFailure as failure:
             reasons.append(f"attempt {attempt}: {failure.reason}")
             log.warning("%s from %s: %s", spec.name, mirror, failure.reason)
